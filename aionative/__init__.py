@@ -1,0 +1,67 @@
+"""aionative: native asynchronous file I/O for asyncio on Linux.
+
+Reads and writes are submitted to the kernel (io_uring, or Linux AIO where io_uring is
+blocked), completions arrive on an eventfd watched by the running loop, and one wake-up
+resolves a whole batch of futures. A thread-pool backend serves other platforms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _backend, _engine
+from ._backend import BackendUnavailableError, available_backends, set_default_backend
+from ._engine import close_engine, get_engine
+from ._lowlevel import fdatasync, fsync, pread, preadinto, pwrite
+
+__all__ = [
+    "BackendUnavailableError",
+    "available_backends",
+    "backend_info",
+    "close_engine",
+    "engine_stats",
+    "fdatasync",
+    "fsync",
+    "get_engine",
+    "pread",
+    "preadinto",
+    "pwrite",
+    "set_default_backend",
+]
+
+__version__ = "0.1.0.dev0"
+
+
+def backend_info() -> dict[str, Any]:
+    """What serves I/O here and why.
+
+    Inside a running loop that has an engine: that engine's backend and details (setup flags
+    obtained, sizes). Otherwise: the backend a new engine would get. Always: the kernel, what
+    was requested and by whom, and why each better backend was rejected.
+    """
+    requested, source = _backend.requested_backend()
+    entry = _engine.current_entry()
+    info: dict[str, Any] = {"kernel": _backend.kernel_release(),
+                            "requested": requested or "auto", "requested_by": source}
+    if entry is not None:
+        info.update(entry.engine.info())
+        info["rejected"] = dict(entry.rejected)
+        info["active"] = True
+    else:
+        try:
+            name, rejected = _backend.choose()
+        except BackendUnavailableError as exc:
+            info.update(backend=None, rejected={}, error=str(exc), active=False)
+        else:
+            info.update(backend=name, rejected=rejected, active=False)
+            if name == "io_uring":
+                info["setup_flags_value"] = _backend.probe("io_uring").setup_flags
+    info["available"] = {b: (p.available, p.reason) for b in _backend.BACKENDS
+                         for p in [_backend.probe(b)]}
+    return info
+
+
+def engine_stats() -> dict[str, int]:
+    """Counters of the running loop's engine (created if needed): submissions, completions,
+    batches, system calls, wake-ups, NOWAIT re-issues, fallbacks, operations in flight."""
+    return get_engine().stats()

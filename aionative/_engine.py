@@ -1,0 +1,183 @@
+"""One engine per running event loop: created lazily on the loop's thread, watched through the
+loop's reader on its eventfd, closed (after draining the kernel) when the loop is closed or
+collected, and never touched by a forked child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import threading
+import weakref
+from typing import Any, Protocol
+
+from . import _backend
+from ._threads import ThreadsEngine
+
+
+class EngineLike(Protocol):
+    """What the rest of the package needs of an engine (native or threads)."""
+
+    backend: Any
+    closed: bool
+    forked: bool
+    in_flight: int
+
+    def pread(self, fd: int, size: int, offset: int, /) -> asyncio.Future[bytes]: ...
+    def preadinto(self, fd: int, buffer: Any, offset: int, /) -> asyncio.Future[int]: ...
+    def pwrite(self, fd: int, data: Any, offset: int, /) -> asyncio.Future[int]: ...
+    def fsync(self, fd: int, /) -> asyncio.Future[None]: ...
+    def fdatasync(self, fd: int, /) -> asyncio.Future[None]: ...
+    def cancel(self, future: asyncio.Future[Any], /) -> bool: ...
+    def fileno(self) -> int: ...
+    def close(self) -> None: ...
+    def stats(self) -> dict[str, int]: ...
+    def info(self) -> dict[str, Any]: ...
+
+
+class _Entry:
+    __slots__ = ("loop_ref", "engine", "rejected", "thread")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, engine: EngineLike,
+                 rejected: dict[str, str]) -> None:
+        self.loop_ref = weakref.ref(loop)
+        self.engine = engine
+        self.rejected = rejected
+        self.thread = threading.get_ident()
+
+
+_entries: dict[int, _Entry] = {}      # id(loop) -> entry; guarded by _lock
+_lock = threading.Lock()
+_tls = threading.local()              # .loop / .entry: this thread's last lookup
+
+
+def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
+    name, rejected = _backend.choose(backend)
+    engine: EngineLike
+    if name == "threads":
+        engine = ThreadsEngine(loop)
+    else:
+        assert _backend._core is not None
+        engine = _backend._core.Engine(name, loop)
+        loop.add_reader(engine.fileno(), engine._on_ready)  # type: ignore[attr-defined]
+    return _Entry(loop, engine, rejected)
+
+
+def _retire(entry: _Entry, loop: asyncio.AbstractEventLoop | None) -> None:
+    """Stop watching the eventfd (if the loop still can) and drain-close the engine."""
+    eng = entry.engine
+    if eng.closed:
+        return
+    if loop is not None and not loop.is_closed() and eng.fileno() >= 0:
+        try:
+            loop.remove_reader(eng.fileno())
+        except (RuntimeError, ValueError):  # the loop is shutting down
+            pass
+    eng.close()
+
+
+def _sweep(current: asyncio.AbstractEventLoop | None = None) -> None:
+    """Close engines whose loop is closed or gone (on this thread: single-issuer rings)."""
+    me = threading.get_ident()
+    with _lock:
+        dead = [(k, e) for k, e in _entries.items()
+                if e.thread == me and (lambda lp: lp is None or lp.is_closed())(e.loop_ref())
+                and e.loop_ref() is not current]
+        for k, _ in dead:
+            del _entries[k]
+    for _, e in dead:
+        _retire(e, e.loop_ref())
+
+
+def _on_loop_collected(key: int, entry: _Entry) -> None:
+    with _lock:
+        if _entries.get(key) is entry:
+            del _entries[key]
+    try:
+        _retire(entry, None)
+    except RuntimeError:
+        # Collected on another thread while the kernel still holds buffers of a single-issuer
+        # ring: keep the engine (and what it pins) alive rather than free memory under the
+        # kernel. Its own thread's exit cancels those requests.
+        _leaked.append(entry.engine)
+
+
+_leaked: list[EngineLike] = []
+
+
+def get_engine(backend: str | None = None) -> EngineLike:
+    """The running loop's engine, created on first use.
+
+    ``backend`` names the backend for a new engine (``io_uring``, ``linux_aio``, ``threads``);
+    by default ``AIONATIVE_BACKEND``, else the best available. Raises ``RuntimeError`` when no
+    loop is running, as ``asyncio.get_running_loop()`` does.
+    """
+    loop = asyncio.get_running_loop()
+    tls = _tls.__dict__
+    if tls.get("loop") is loop:
+        entry: _Entry = tls["entry"]
+        if backend is None or entry.engine.backend == backend:
+            return entry.engine
+    return _lookup(loop, backend).engine
+
+
+def _lookup(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
+    key = id(loop)
+    entry = _entries.get(key)
+    if entry is not None and entry.loop_ref() is not loop:
+        entry = None  # id reused by a new loop
+    if entry is not None and backend is not None and entry.engine.backend != backend:
+        raise RuntimeError(
+            f"this loop's engine already uses {entry.engine.backend!r}; "
+            f"close it (aionative.close_engine()) before asking for {backend!r}")
+    if entry is None or entry.engine.closed:
+        _sweep(loop)
+        entry = _create(loop, backend)
+        with _lock:
+            _entries[key] = entry
+        weakref.finalize(loop, _on_loop_collected, key, entry)
+    _tls.loop = loop
+    _tls.entry = entry
+    return entry
+
+
+def current_entry() -> _Entry | None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    entry = _entries.get(id(loop))
+    return entry if entry is not None and entry.loop_ref() is loop else None
+
+
+def close_engine() -> None:
+    """Drain and close the running loop's engine (the next operation makes a new one)."""
+    loop = asyncio.get_running_loop()
+    with _lock:
+        entry = _entries.pop(id(loop), None)
+    if _tls.__dict__.get("loop") is loop:
+        _tls.__dict__.clear()
+    if entry is not None:
+        _retire(entry, loop)
+
+
+def _after_fork_child() -> None:
+    # The parent's rings and AIO contexts are not ours: release their memory without a system
+    # call on them, and never remove their eventfds from a selector we may share with the parent.
+    if _backend._core is not None:
+        _backend._core.forget_inherited()
+    for entry in _entries.values():
+        if isinstance(entry.engine, ThreadsEngine):
+            entry.engine._closed = True
+    _entries.clear()
+    _tls.__dict__.clear()
+
+
+def _at_exit() -> None:
+    _sweep()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_child)
+atexit.register(_at_exit)

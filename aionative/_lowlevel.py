@@ -1,0 +1,62 @@
+"""The low-level API: positional reads and writes on file descriptors, served by the running
+loop's engine. Errors are the ``OSError`` subclasses ``os.pread``/``os.pwrite`` raise."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ._engine import get_engine
+
+
+async def _await(engine: Any, fut: asyncio.Future[Any]) -> Any:
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        engine.cancel(fut)  # the kernel keeps the buffer until its completion is reaped
+        raise
+
+
+async def pread(fd: int, size: int, offset: int) -> bytes:
+    """Read up to ``size`` bytes at ``offset`` (like ``os.pread``, but never blocking the loop).
+
+    Reads larger than the kernel's per-call limit are split; a short result means end of file.
+    """
+    eng = get_engine()
+    fut = eng.pread(fd, size, offset)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        eng.cancel(fut)
+        raise
+
+
+async def preadinto(fd: int, buffer: Any, offset: int) -> int:
+    """Read into a writable buffer at ``offset``; returns the number of bytes read.
+
+    The buffer stays exported (a bytearray cannot be resized) until the kernel is done with
+    it, even if the awaiting task is cancelled.
+    """
+    eng = get_engine()
+    return await _await(eng, eng.preadinto(fd, buffer, offset))  # type: ignore[no-any-return]
+
+
+async def pwrite(fd: int, data: Any, offset: int) -> int:
+    """Write all of ``data`` at ``offset``; short writes continue until everything is written.
+
+    On an error after part was written, the ``OSError`` carries ``characters_written``.
+    """
+    eng = get_engine()
+    return await _await(eng, eng.pwrite(fd, data, offset))  # type: ignore[no-any-return]
+
+
+async def fsync(fd: int) -> None:
+    """``os.fsync`` through the engine."""
+    eng = get_engine()
+    await _await(eng, eng.fsync(fd))
+
+
+async def fdatasync(fd: int) -> None:
+    """``os.fdatasync`` through the engine."""
+    eng = get_engine()
+    await _await(eng, eng.fdatasync(fd))

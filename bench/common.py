@@ -1,0 +1,191 @@
+"""Pieces shared by the parent harness, the workers and the pytest-benchmark tests.
+
+Holds the workload interface (``Workload``), system names (``System``), event-loop factories,
+the seeded offset pool and the hot data file. Nothing here measures anything; the point is that
+every workload prepares its data and names its systems the same way, so the harness and the
+report never need to know which workload they are driving.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import os
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = Path(__file__).resolve().parent
+DATA_DIR = BENCH_DIR / ".data"
+RESULTS_DIR = BENCH_DIR / "results"
+
+LOOPS = ("asyncio", "uvloop")
+AIONATIVE_API = ("pread", "available_backends")
+JSONDict = dict[str, Any]
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+class Skip(Exception):
+    """A system cannot run here (missing package, backend, kernel feature): not a failure."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long one cell runs: ``warmup`` seconds unmeasured, then ``duration`` measured."""
+
+    warmup: float
+    duration: float
+
+
+@dataclass(frozen=True)
+class System:
+    """A parsed system name: ``sync``, ``<kind>-<loop>`` or ``aionative-<backend>-<loop>``."""
+
+    name: str
+    kind: str
+    loop: str | None = None
+    backend: str | None = None
+
+
+def parse_system(name: str) -> System:
+    """Split a system name into its parts; raise ValueError for a malformed one."""
+    parts = name.split("-")
+    if parts == ["sync"]:
+        return System(name, "sync")
+    if len(parts) == 3 and parts[0] == "aionative" and parts[2] in LOOPS:
+        return System(name, "aionative", loop=parts[2], backend=parts[1])
+    if len(parts) == 2 and parts[0] != "aionative" and parts[1] in LOOPS:
+        return System(name, parts[0], loop=parts[1])
+    raise ValueError(f"malformed system name {name!r}")
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    """What the parent hands to a workload's ``prepare`` step."""
+
+    data_dir: Path
+    seed: int
+    file_size: int | None
+    log: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark workload, as a sibling module (``bench/wN.py``) exposes it.
+
+    ``prepare`` runs once in the parent (create and warm data) and returns JSON parameters for
+    the workers; ``default_systems`` picks systems from the environment probe and returns notes
+    on the ones it left out; ``run_cell`` runs in the worker and returns the measured figures.
+    """
+
+    name: str
+    title: str
+    unit: str
+    prepare: Callable[[PrepareConfig], JSONDict]
+    default_systems: Callable[[JSONDict], tuple[list[str], list[str]]]
+    run_cell: Callable[[System, int, JSONDict, Timing], JSONDict]
+    concurrency_free: frozenset[str] = field(default_factory=frozenset)
+
+
+def load_workload(name: str) -> Workload:
+    """Import ``bench.<name>`` and return its ``WORKLOAD``."""
+    import importlib
+
+    module = importlib.import_module(f"bench.{name.lower()}")
+    workload: Workload = module.WORKLOAD
+    return workload
+
+
+def loop_factory(loop: str) -> LoopFactory:
+    """Return a new-event-loop callable for ``asyncio`` or ``uvloop``; Skip if unavailable."""
+    if loop == "asyncio":
+        return asyncio.new_event_loop
+    if loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError as exc:
+            raise Skip(f"uvloop not importable: {exc}") from exc
+        return uvloop.new_event_loop
+    raise ValueError(f"unknown loop {loop!r}")
+
+
+def import_aionative() -> ModuleType:
+    """Import aionative, raising Skip with the reason if it is missing or incomplete."""
+    try:
+        import aionative
+    except Exception as exc:  # an extension import can fail in many ways
+        raise Skip(f"aionative not importable: {exc!r}") from exc
+    missing = [name for name in AIONATIVE_API if not hasattr(aionative, name)]
+    if missing:
+        where = sorted(set(getattr(aionative, "__path__", [])))
+        raise Skip(f"aionative not importable: package at {where} lacks {missing} "
+                   "(extension not built?)")
+    return aionative
+
+
+def parse_size(text: str) -> int:
+    """Parse ``1G``, ``64M``, ``512KiB`` or a plain byte count (binary units)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)(i?b)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"bad size {text!r}")
+    scale = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}[match.group(2).lower()]
+    return int(match.group(1)) << (10 * scale)
+
+
+def size_label(size: int) -> str:
+    """Render a byte count as the largest exact binary unit, e.g. ``1GiB``."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return f"{size}B"
+
+
+def offset_pool(seed: int, file_size: int, block: int, count: int) -> array.array[int]:
+    """Pre-generate ``count`` random ``block``-aligned offsets (``count`` a power of two).
+
+    An ``array`` keeps the pool at 8 bytes an offset, so it barely moves peak RSS.
+    """
+    if count & (count - 1):
+        raise ValueError("offset pool size must be a power of two")
+    rng = random.Random(seed)
+    blocks = file_size // block
+    return array.array("q", (rng.randrange(blocks) * block for _ in range(count)))
+
+
+def ensure_random_file(path: Path, size: int, log: Callable[[str], None]) -> bool:
+    """Create ``path`` with ``size`` random bytes unless it already has that size.
+
+    Written to a temporary name and renamed, so an interrupted run never leaves a short file
+    that a later run would reuse. Returns True if the file was created.
+    """
+    if path.exists() and path.stat().st_size == size:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".part")
+    log(f"creating {path} ({size_label(size)} of random data)")
+    chunk = 8 << 20
+    with open(tmp, "wb") as out:
+        left = size
+        while left:
+            left -= out.write(os.urandom(min(chunk, left)))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    return True
+
+
+def make_hot(path: Path) -> None:
+    """Read the whole file once so every later read is served from the page cache."""
+    buf = bytearray(8 << 20)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        while os.readv(fd, [buf]):
+            pass
+    finally:
+        os.close(fd)

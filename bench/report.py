@@ -1,0 +1,137 @@
+"""Markdown report of one workload's results document (the same dict written as JSON).
+
+One table per metric, systems as rows and N (concurrent readers) as columns: throughput, the
+throughput ratio to ``sync`` (the single-thread ceiling) and to ``aiofiles-asyncio`` (what
+most asyncio code uses today), CPU microseconds per operation, peak threads and peak RSS.
+Rendering only reads the document, so a saved JSON file can be re-rendered later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bench.common import JSONDict, size_label
+
+Cell = JSONDict
+Fmt = Callable[[Cell, int], str]
+DASH = "—"
+RATIO_BASES = ("sync", "aiofiles-asyncio")
+
+
+def _ops(v: float) -> str:
+    return f"{v / 1e3:.1f}k" if v >= 1e3 else f"{v:.0f}"
+
+
+def _cpu(c: Cell, n: int) -> str:
+    return DASH if c["cpu_us_per_op"] is None else f"{c['cpu_us_per_op']:.1f}"
+
+
+def _threads(c: Cell, n: int) -> str:
+    iou = c["iou_workers_peak"]
+    return f"{c['threads_peak']} ({iou} iou)" if iou else str(c["threads_peak"])
+
+
+def _lookup(doc: JSONDict) -> Callable[[str, int], Cell | None]:
+    """Cell finder; concurrency-free systems were measured once, at N=1."""
+    by_key = {(c["system"], c["readers"]): c for c in doc["cells"]}
+    free = set(doc["concurrency_free"])
+    return lambda system, n: by_key.get((system, 1 if system in free else n))
+
+
+def _measured(doc: JSONDict) -> list[str]:
+    have = {c["system"] for c in doc["cells"]}
+    return [s for s in doc["systems"] if s in have]
+
+
+def _label(doc: JSONDict, system: str) -> str:
+    return f"{system} ¹" if system in doc["concurrency_free"] else system
+
+
+def _table(doc: JSONDict, title: str, fmt: Fmt, rows: list[str] | None = None) -> list[str]:
+    """Systems as rows, N as columns; ``fmt(cell, n)`` renders one entry."""
+    find, readers = _lookup(doc), doc["readers"]
+    lines = [f"### {title}", "", "| system | " + " | ".join(f"N={n}" for n in readers) + " |",
+             "|---|" + "---:|" * len(readers)]
+    for system in _measured(doc) if rows is None else rows:
+        row = [fmt(c, n) if (c := find(system, n)) else DASH for n in readers]
+        lines.append(f"| {_label(doc, system)} | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+def _ratio_to(doc: JSONDict, base: str) -> Fmt:
+    find = _lookup(doc)
+
+    def fmt(c: Cell, n: int) -> str:
+        ref = find(base, n)
+        return _ratio(c["ops_per_s"] / ref["ops_per_s"]) if ref else DASH
+    return fmt
+
+
+def _ratio(r: float) -> str:
+    digits = 0 if r >= 100 else 1 if r >= 10 else 2 if r >= 0.1 else 3
+    return f"{r:.{digits}f}×"
+
+
+def _syscalls_per_op(c: Cell, n: int) -> str:
+    """Engine system calls per operation, summed over the cell's runs."""
+    runs = [r for r in c["runs"] if "syscalls" in (r.get("engine_stats_delta") or {})]
+    ops = sum(r["ops"] for r in runs)
+    calls = sum(r["engine_stats_delta"]["syscalls"] for r in runs)
+    return f"{calls / ops:.3f}" if runs and ops else DASH
+
+
+def _engine_rows(doc: JSONDict) -> list[str]:
+    return [c["system"] for c in doc["cells"]
+            if "syscalls" in (c["runs"][0].get("engine_stats_delta") or {})]
+
+
+def _header(doc: JSONDict) -> list[str]:
+    m, t = doc["machine"], doc["timing"]
+    size = doc["params"].get("file_size")
+    runs = f"median of {doc['repeats']} runs" if doc["repeats"] > 1 else "1 run"
+    facts = [f"{size_label(size)} file on {m['filesystem']}" if size else None,
+             f"kernel {m['kernel']}", f"{m['cpu_count']} CPUs", f"Python {m['python']}",
+             f"{doc['profile']} profile: {t['warmup']} s warm-up + {t['duration']} s per cell, "
+             f"{runs}", m["date"]]
+    return [f"## {doc['workload']}: {doc['title']}", "",
+            " · ".join(f for f in facts if f), ""]
+
+
+def _notes(doc: JSONDict) -> list[str]:
+    notes = [f"¹ `{s}`: one thread and no event loop, so N does not apply: measured once, "
+             "shown in every column." for s in doc["concurrency_free"] if s in _measured(doc)]
+    notes.append("CPU is process user+sys time over the timed window, all threads included. "
+                 "Threads are the peak of /proc/self/task sampled every ~50 ms; "
+                 "`iou` counts kernel io_uring workers among them.")
+    for backend, info in doc["probe"]["aionative"].get("backend_info", {}).items():
+        notes.append(f"aionative `{backend}` backend_info: `{_compact(info)}`")
+    notes += doc["notes"]
+    notes += [f"skipped `{s}`: {reason}" for s, reason in doc["skipped"].items()]
+    notes += [f"ERROR `{e['system']}` N={e['readers']}: {e['error']}" for e in doc["errors"]]
+    return [f"- {n}" for n in notes] + [""]
+
+
+def _compact(info: Any) -> str:
+    if isinstance(info, dict):
+        return ", ".join(f"{k}={v}" for k, v in info.items())
+    return str(info)
+
+
+def render(doc: JSONDict) -> str:
+    """The whole markdown report for one workload."""
+    unit = doc["unit"]
+    lines = _header(doc)
+    if not doc["cells"]:
+        return "\n".join(lines + ["No cell was measured.", ""] + _notes(doc))
+    lines += _table(doc, f"Throughput ({unit}/s)", lambda c, n: _ops(c["ops_per_s"]))
+    for base in RATIO_BASES:
+        if base in _measured(doc):
+            lines += _table(doc, f"{unit}/s ÷ {base} (same N)", _ratio_to(doc, base))
+    lines += _table(doc, f"CPU µs per {unit.rstrip('s')}", _cpu)
+    lines += _table(doc, "Peak threads (of which kernel io_uring workers)", _threads)
+    lines += _table(doc, "Peak RSS (MiB)", lambda c, n: f"{c['rss_peak_mib']:.0f}")
+    if engine_rows := [s for s in _measured(doc) if s in _engine_rows(doc)]:
+        lines += _table(doc, f"aionative engine system calls per {unit.rstrip('s')}",
+                        _syscalls_per_op, engine_rows)
+    return "\n".join(lines + _notes(doc))

@@ -1,0 +1,123 @@
+"""pytest-benchmark version of W1: hot random 4 KiB reads, 64 concurrent readers.
+
+Each benchmark round is one batch of 2000 reads spread over 64 tasks, on a fresh event loop
+(a fresh aionative engine, thread pool or set of aiofiles handles). Opening the loop and its
+handles, and one warm-up read per task, happen in the untimed ``setup``; closing them in the
+untimed ``teardown``. pytest-benchmark's statistics are therefore per 2000-read batch:
+divide 2000 by the mean for reads/s (also stored in ``extra_info``).
+
+Run from the repository root: ``pytest bench/ --benchmark-only``. Systems that cannot run
+here (aionative not built, a backend or uvloop missing) are skipped, not failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from bench.common import (
+    LOOPS,
+    JSONDict,
+    Skip,
+    System,
+    import_aionative,
+    loop_factory,
+    parse_system,
+)
+from bench.meter import Quota
+from bench.w1 import Client, Target, open_client, open_target, run_batch, sync_loop
+
+pytest.importorskip("pytest_benchmark")
+
+READERS = 64
+READS_PER_ROUND = 2000
+ROUNDS = 20
+WARMUP_ROUNDS = 2
+Setup = Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]
+
+
+def _aionative_params() -> list[Any]:
+    try:
+        backends = list(import_aionative().available_backends())
+    except Skip as exc:
+        return [pytest.param("aionative", id="aionative", marks=pytest.mark.skip(reason=str(exc)))]
+    return [pytest.param(f"aionative-{b}-{lp}", id=f"aionative-{b}-{lp}")
+            for b in backends for lp in LOOPS]
+
+
+SYSTEMS = [pytest.param("sync", id="sync"), *_aionative_params(),
+           pytest.param("executor-asyncio", id="executor-asyncio"),
+           pytest.param("aiofiles-asyncio", id="aiofiles-asyncio")]
+
+
+@pytest.fixture
+def target(hot_params: JSONDict) -> Iterator[Target]:
+    """The open hot file and its offset pool; closed after the test."""
+    tgt = open_target(hot_params)
+    yield tgt
+    os.close(tgt.fd)
+
+
+def _open_round(system: System, target: Target) -> tuple[asyncio.Runner, Client]:
+    """A fresh loop with the system opened on it and every reader warmed once."""
+    assert system.loop is not None
+    runner = asyncio.Runner(loop_factory=loop_factory(system.loop))
+    try:
+        client = runner.run(open_client(system, READERS, target))
+        runner.run(run_batch(client, target, READERS, READERS))
+    except BaseException:
+        runner.close()
+        raise
+    return runner, client
+
+
+def _close_round(runner: asyncio.Runner, client: Client) -> None:
+    try:
+        runner.run(client.aclose())
+    finally:
+        runner.close()
+
+
+def _async_round(system: System, target: Target, extra: JSONDict) -> tuple[
+        Setup, Callable[..., None], Callable[..., None]]:
+    """setup/target/teardown for ``benchmark.pedantic`` on an async system."""
+    try:  # open once up front, so a missing system skips instead of failing mid-benchmark
+        runner, client = _open_round(system, target)
+    except Skip as exc:
+        pytest.skip(str(exc))
+    extra.update(client.info())
+    _close_round(runner, client)
+
+    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return _open_round(system, target), {}
+
+    def batch(runner: asyncio.Runner, client: Client) -> None:
+        runner.run(run_batch(client, target, READERS, READS_PER_ROUND))
+
+    return setup, batch, _close_round
+
+
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_w1_hot_random_4k(benchmark: Any, monkeypatch: pytest.MonkeyPatch, target: Target,
+                          name: str) -> None:
+    system = parse_system(name)
+    if system.backend:
+        monkeypatch.setenv("AIONATIVE_BACKEND", system.backend)
+    else:
+        monkeypatch.delenv("AIONATIVE_BACKEND", raising=False)
+    benchmark.group = f"W1 hot 4 KiB random reads: {READS_PER_ROUND} per round, N={READERS}"
+    benchmark.extra_info.update(system=name, readers=READERS, reads_per_round=READS_PER_ROUND)
+    if system.kind == "sync":
+        benchmark.extra_info["readers"] = 1
+        benchmark.pedantic(lambda: sync_loop(target, Quota(READS_PER_ROUND)),
+                           rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+    else:
+        setup, batch, teardown = _async_round(system, target, benchmark.extra_info)
+        benchmark.pedantic(batch, setup=setup, teardown=teardown, rounds=ROUNDS,
+                           warmup_rounds=WARMUP_ROUNDS, iterations=1)
+    if benchmark.stats:
+        benchmark.extra_info["reads_per_s"] = READS_PER_ROUND / benchmark.stats.stats.mean

@@ -1,0 +1,1016 @@
+/* The engine: operation slots, futures, batching and the life cycle shared by both kernel
+ * backends. Everything here runs on the owning loop's thread with the GIL held, except the
+ * blocking waits of a drain, which release it.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+unsigned long engine_fork_generation;
+PyObject *g_future_type;
+PyObject *g_str_loop;
+static PyObject *g_kw_loop;           /* ("loop",) */
+static PyObject *g_str_done, *g_str_set_result, *g_str_set_exception, *g_str_call_soon,
+    *g_str_is_closed, *g_str_characters_written;
+static engine_t *g_engines;           /* list of live engines (for fork and counters) */
+gcounters_t g_count;
+int fault_errno[FP_COUNT];
+int fault_count[FP_COUNT];
+
+#define MAX_RETRIES 16
+
+/* ---------------------------------------------------------------- slots */
+
+static int slots_grow(engine_t *e)
+{
+    op_t **blocks = PyMem_Realloc(e->blocks, (e->nblocks + 1) * sizeof(op_t *));
+    if (!blocks)
+        return -1;
+    e->blocks = blocks;
+    op_t *blk = PyMem_Calloc(OP_BLOCK, sizeof(op_t));
+    if (!blk)
+        return -1;
+    uint32_t base = e->nblocks * OP_BLOCK;
+    for (uint32_t i = 0; i < OP_BLOCK; i++)
+        blk[i].next = (i + 1 < OP_BLOCK) ? base + i + 1 : e->free_head;
+    e->blocks[e->nblocks++] = blk;
+    e->free_head = base;
+    return 0;
+}
+
+static uint32_t slot_alloc(engine_t *e)
+{
+    if (e->free_head == OP_NONE && slots_grow(e) < 0) {
+        PyErr_NoMemory();
+        return OP_NONE;
+    }
+    uint32_t idx = e->free_head;
+    op_t *op = engine_slot(e, idx);
+    e->free_head = op->next;
+    memset(op, 0, sizeof *op);
+    op->next = OP_NONE;
+    op->direct_fd = -1;
+    e->live++;
+    return idx;
+}
+
+static void slot_free(engine_t *e, uint32_t idx)
+{
+    op_t *op = engine_slot(e, idx);
+    op->state = OPS_FREE;
+    op->next = e->free_head;
+    e->free_head = idx;
+    e->live--;
+}
+
+/* ---------------------------------------------------------------- loop helpers */
+
+/* Borrowed reference to the loop, or NULL when it is gone. */
+static PyObject *engine_loop(engine_t *e)
+{
+    PyObject *loop = PyWeakref_GetObject(e->loop_ref);
+    return loop == Py_None ? NULL : loop;
+}
+
+static int engine_schedule_flush(engine_t *e)
+{
+    if (e->flush_scheduled)
+        return 0;
+    PyObject *loop = engine_loop(e);
+    if (!loop) {
+        PyErr_SetString(PyExc_RuntimeError, "aionative: the engine's event loop is gone");
+        return -1;
+    }
+    PyObject *h = PyObject_CallMethodOneArg(loop, g_str_call_soon, e->flush_cb);
+    if (!h)
+        return -1;
+    Py_DECREF(h);
+    e->flush_scheduled = 1;
+    return 0;
+}
+
+static PyObject *engine_new_future(engine_t *e)
+{
+    PyObject *loop = engine_loop(e);
+    if (!loop) {
+        PyErr_SetString(PyExc_RuntimeError, "aionative: the engine's event loop is gone");
+        return NULL;
+    }
+    PyObject *args[2] = {NULL, loop};
+    return PyObject_Vectorcall(g_future_type, args + 1, 0 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                               g_kw_loop);
+}
+
+/* ---------------------------------------------------------------- submission */
+
+static void wait_push(engine_t *e, uint32_t idx)
+{
+    op_t *op = engine_slot(e, idx);
+    op->state = OPS_WAITING;
+    op->next = OP_NONE;
+    if (e->wait_tail == OP_NONE)
+        e->wait_head = idx;
+    else
+        engine_slot(e, e->wait_tail)->next = idx;
+    e->wait_tail = idx;
+    e->waiting++;
+    e->st.queued++;
+}
+
+static uint32_t wait_pop(engine_t *e)
+{
+    uint32_t idx = e->wait_head;
+    if (idx == OP_NONE)
+        return idx;
+    op_t *op = engine_slot(e, idx);
+    e->wait_head = op->next;
+    if (e->wait_head == OP_NONE)
+        e->wait_tail = OP_NONE;
+    op->next = OP_NONE;
+    e->waiting--;
+    return idx;
+}
+
+static void op_set_piece(op_t *op)
+{
+    uint64_t left = op->len - op->done;
+    op->cur = left > KERNEL_RW_MAX ? KERNEL_RW_MAX : (uint32_t)left;
+}
+
+/* Give the slot's next piece to the kernel queue. 0, or -EBUSY when there is no room even
+ * after pushing what is prepared (the caller queues it in user space). */
+static int op_to_kernel(engine_t *e, uint32_t idx)
+{
+    op_t *op = engine_slot(e, idx);
+    if (e->in_kernel >= e->capacity)
+        return -EBUSY;
+    op_set_piece(op);
+    int rc = e->ops->prep(e, op, idx);
+    if (rc == -EBUSY) {
+        /* The submission queue is full: submit now rather than wait for the flush. */
+        if (e->ops->submit(e) < 0)
+            return -EBUSY;
+        rc = e->ops->prep(e, op, idx);
+    }
+    if (rc < 0)
+        return rc;
+    op->state = OPS_KERNEL;
+    e->in_kernel++;
+    return 0;
+}
+
+/* Move waiting operations to the kernel while there is room. */
+static void engine_fill(engine_t *e)
+{
+    while (e->waiting && e->in_kernel < e->capacity) {
+        uint32_t idx = e->wait_head;
+        if (op_to_kernel(e, idx) < 0)
+            return;
+        wait_pop(e);
+        engine_slot(e, idx)->state = OPS_KERNEL;
+    }
+}
+
+static void engine_enqueue(engine_t *e, uint32_t idx)
+{
+    if (e->waiting || op_to_kernel(e, idx) < 0)
+        wait_push(e, idx);
+}
+
+void engine_resubmit(engine_t *e, uint32_t idx)
+{
+    engine_enqueue(e, idx);
+}
+
+/* Submit everything prepared and everything waiting that fits. */
+static void engine_pump(engine_t *e)
+{
+    for (int round = 0; round < 64; round++) {
+        engine_fill(e);
+        int rc = e->ops->submit(e);
+        if (rc == -EAGAIN || rc == -EBUSY) {
+            /* The kernel is short of resources: completions will make room; try again on
+             * the next iteration in any case so nothing waits on a wake-up that never comes. */
+            if (engine_schedule_flush(e) < 0)
+                PyErr_WriteUnraisable((PyObject *)e);
+            return;
+        }
+        if (!e->waiting || e->in_kernel >= e->capacity)
+            return;
+    }
+}
+
+/* ---------------------------------------------------------------- completion */
+
+static PyObject *make_oserror(int err, uint64_t written)
+{
+    PyObject *exc = PyObject_CallFunction(PyExc_OSError, "is", err, strerror(err));
+    if (exc && written) {
+        PyObject *n = PyLong_FromUnsignedLongLong(written);
+        if (!n || PyObject_SetAttr(exc, g_str_characters_written, n) < 0) {
+            Py_XDECREF(n);
+            Py_DECREF(exc);
+            return NULL;
+        }
+        Py_DECREF(n);
+    }
+    return exc;
+}
+
+/* Result value of a finished operation; *is_exc set when it is an exception instance. */
+static PyObject *op_result(op_t *op, int err, int *is_exc)
+{
+    *is_exc = 0;
+    int partial_ok = (op->kind == OP_READ || op->kind == OP_READINTO) && op->done > 0;
+    if (err && !partial_ok) {
+        *is_exc = 1;
+        return make_oserror(err, op->kind == OP_WRITE ? op->done : 0);
+    }
+    switch (op->kind) {
+    case OP_READ: {
+        PyObject *b = op->bytes;
+        op->bytes = NULL;
+        if ((uint64_t)PyBytes_GET_SIZE(b) != op->done && _PyBytes_Resize(&b, (Py_ssize_t)op->done) < 0)
+            return NULL;
+        return b;
+    }
+    case OP_READINTO:
+    case OP_WRITE:
+        return PyLong_FromUnsignedLongLong(op->done);
+    default:
+        Py_RETURN_NONE;
+    }
+}
+
+static void future_resolve(PyObject *fut, PyObject *value, int is_exc)
+{
+    PyObject *done = PyObject_CallMethodNoArgs(fut, g_str_done);
+    if (!done) {
+        PyErr_WriteUnraisable(fut);
+        return;
+    }
+    int skip = (done == Py_True);
+    Py_DECREF(done);
+    if (skip)
+        return;  /* cancelled by its awaiting task: nobody wants the result */
+    PyObject *r = PyObject_CallMethodOneArg(fut, is_exc ? g_str_set_exception : g_str_set_result,
+                                            value);
+    if (!r)
+        PyErr_WriteUnraisable(fut);
+    Py_XDECREF(r);
+}
+
+/* The operation is over: the kernel holds nothing of it any more. Build its result, release
+ * what it pinned, free the slot, then resolve the future (arbitrary code may run from the
+ * releases and the resolution, so the slot is consistent before either). */
+static void op_finish(engine_t *e, uint32_t idx, int err)
+{
+    op_t *op = engine_slot(e, idx);
+    PyObject *fut = op->future;
+    op->future = NULL;
+    int was_pinned = op->bytes != NULL || op->view.obj != NULL;
+    int is_exc = 0;
+    PyObject *value = NULL;
+    if (fut && !op->abandoned && !e->drop_results) {
+        value = op_result(op, err, &is_exc);
+        if (!value) {   /* building the result failed (MemoryError): deliver that */
+            PyObject *t, *v, *tb;
+            PyErr_Fetch(&t, &v, &tb);
+            PyErr_NormalizeException(&t, &v, &tb);
+            Py_XDECREF(t);
+            Py_XDECREF(tb);
+            value = v;
+            is_exc = 1;
+        }
+    }
+    PyObject *bytes = op->bytes;
+    op->bytes = NULL;
+    Py_buffer view = op->view;
+    op->view.obj = NULL;
+    if (was_pinned)
+        e->pinned--;
+    free(op->bounce);  /* posix_memalign()ed */
+    op->bounce = NULL;
+    slot_free(e, idx);
+    if (view.obj)
+        PyBuffer_Release(&view);
+    Py_XDECREF(bytes);
+    if (value) {
+        future_resolve(fut, value, is_exc);
+        Py_DECREF(value);
+    }
+    Py_XDECREF(fut);
+}
+
+void engine_complete(engine_t *e, uint32_t idx, int64_t res)
+{
+    op_t *op = engine_slot(e, idx);
+    e->in_kernel--;
+    op->state = OPS_WAITING;  /* between pieces: owned by the engine, not the kernel */
+    e->st.completed++;
+    int f = fault_hit(FP_COMPLETION);
+    if (f)
+        res = f;
+    else if (res > 1 && (op->kind <= OP_WRITE) && fault_hit(FP_SHORT))
+        res /= 2;
+    if (op->abandoned || e->closed == 1) {
+        op_finish(e, idx, res < 0 ? (int)-res : 0);
+        return;
+    }
+    if ((res == -EINTR || res == -EAGAIN) && op->retries < MAX_RETRIES && !op->cancel_sent) {
+        op->retries++;
+        e->st.retries++;
+        engine_enqueue(e, idx);
+        return;
+    }
+    if (res < 0) {
+        op_finish(e, idx, (int)-res);
+        return;
+    }
+    op->retries = 0;
+    op->done += (uint64_t)res;
+    int more = 0;
+    switch (op->kind) {
+    case OP_READ:
+    case OP_READINTO:
+        /* A full piece of a split read, or a short RWF_NOWAIT piece (the rest may merely be
+         * uncached), continues; any other short read is the end of the file. */
+        more = res > 0 && op->done < op->len && ((uint64_t)res == op->cur || op->nowait);
+        break;
+    case OP_WRITE:
+        more = res > 0 && op->done < op->len;
+        break;
+    }
+    if (more && !op->cancel_sent) {
+        if ((uint64_t)res == op->cur)
+            e->st.splits += op->cur == KERNEL_RW_MAX;
+        else
+            e->st.retries++;
+        engine_enqueue(e, idx);
+        return;
+    }
+    op_finish(e, idx, 0);
+}
+
+/* ---------------------------------------------------------------- starting operations */
+
+static int engine_usable(engine_t *e)
+{
+    if (e->fork_gen != engine_fork_generation) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "aionative: this engine belongs to the parent process (fork); "
+                        "use a new event loop in the child");
+        return 0;
+    }
+    if (e->closed) {
+        PyErr_SetString(PyExc_RuntimeError, "aionative: engine is closed");
+        return 0;
+    }
+    return 1;
+}
+
+/* Common tail of every operation: a future, a slot in the queue, a flush scheduled. On error
+ * the slot is released (nothing reached the kernel). Returns a new reference to the future. */
+static PyObject *engine_start(engine_t *e, uint32_t idx)
+{
+    op_t *op = engine_slot(e, idx);
+    if (op->bytes || op->view.obj)
+        e->pinned++;
+    PyObject *fut = engine_new_future(e);
+    if (!fut || engine_schedule_flush(e) < 0) {
+        Py_XDECREF(fut);
+        op_finish(e, idx, 0);
+        return NULL;
+    }
+    Py_INCREF(fut);
+    op->future = fut;
+    engine_enqueue(e, idx);
+    return fut;
+}
+
+static int parse_fd(PyObject *o, int *fd)
+{
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v > INT_MAX || v < INT_MIN) {
+        PyErr_SetString(PyExc_OverflowError, "fd is out of range");
+        return -1;
+    }
+    *fd = (int)v;
+    return 0;
+}
+
+static int parse_offset(PyObject *o, int64_t *off)
+{
+    long v = PyLong_AsLong(o);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0) {  /* io_uring would read -1 as "the current position"; pread(2) says EINVAL */
+        errno = EINVAL;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    *off = v;
+    return 0;
+}
+
+static int check_nargs(const char *name, Py_ssize_t n, Py_ssize_t want)
+{
+    if (n == want)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", name, want, n);
+    return -1;
+}
+
+static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    int fd;
+    int64_t off;
+    if (check_nargs("pread", n, 3) < 0 || !engine_usable(e) || parse_fd(args[0], &fd) < 0)
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (parse_offset(args[2], &off) < 0)
+        return NULL;
+    if (size < 0) {
+        errno = EINVAL;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, size);
+    if (!bytes)
+        return NULL;
+    uint32_t idx = slot_alloc(e);
+    if (idx == OP_NONE) {
+        Py_DECREF(bytes);
+        return NULL;
+    }
+    op_t *op = engine_slot(e, idx);
+    op->kind = OP_READ;
+    op->fd = fd;
+    op->bytes = bytes;
+    op->buf = PyBytes_AS_STRING(bytes);
+    op->len = (uint64_t)size;
+    op->off = off;
+    return engine_start(e, idx);
+}
+
+static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t n,
+                                  const char *name, int kind)
+{
+    int fd;
+    int64_t off;
+    if (check_nargs(name, n, 3) < 0 || !engine_usable(e) || parse_fd(args[0], &fd) < 0 ||
+        parse_offset(args[2], &off) < 0)
+        return NULL;
+    uint32_t idx = slot_alloc(e);
+    if (idx == OP_NONE)
+        return NULL;
+    op_t *op = engine_slot(e, idx);
+    int flags = kind == OP_READINTO ? PyBUF_WRITABLE : PyBUF_SIMPLE;
+    if (PyObject_GetBuffer(args[1], &op->view, flags) < 0) {
+        op->view.obj = NULL;
+        slot_free(e, idx);
+        return NULL;
+    }
+    op->kind = (uint8_t)kind;
+    op->fd = fd;
+    op->buf = op->view.buf;
+    op->len = (uint64_t)op->view.len;
+    op->off = off;
+    return engine_start(e, idx);
+}
+
+static PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    return engine_buffer_op(e, args, n, "preadinto", OP_READINTO);
+}
+
+static PyObject *Engine_pwrite(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    return engine_buffer_op(e, args, n, "pwrite", OP_WRITE);
+}
+
+static PyObject *engine_sync_op(engine_t *e, PyObject *arg, int kind)
+{
+    int fd;
+    if (!engine_usable(e) || parse_fd(arg, &fd) < 0)
+        return NULL;
+    uint32_t idx = slot_alloc(e);
+    if (idx == OP_NONE)
+        return NULL;
+    op_t *op = engine_slot(e, idx);
+    op->kind = (uint8_t)kind;
+    op->fd = fd;
+    return engine_start(e, idx);
+}
+
+static PyObject *Engine_fsync(engine_t *e, PyObject *arg)
+{
+    return engine_sync_op(e, arg, OP_FSYNC);
+}
+
+static PyObject *Engine_fdatasync(engine_t *e, PyObject *arg)
+{
+    return engine_sync_op(e, arg, OP_FDATASYNC);
+}
+
+/* ---------------------------------------------------------------- cancellation */
+
+static uint32_t engine_find(engine_t *e, PyObject *fut)
+{
+    for (uint32_t b = 0; b < e->nblocks; b++)
+        for (uint32_t i = 0; i < OP_BLOCK; i++)
+            if (e->blocks[b][i].state != OPS_FREE && e->blocks[b][i].future == fut)
+                return b * OP_BLOCK + i;
+    return OP_NONE;
+}
+
+static void wait_remove(engine_t *e, uint32_t idx)
+{
+    uint32_t prev = OP_NONE;
+    for (uint32_t cur = e->wait_head; cur != OP_NONE; prev = cur, cur = engine_slot(e, cur)->next) {
+        if (cur != idx)
+            continue;
+        uint32_t next = engine_slot(e, cur)->next;
+        if (prev == OP_NONE)
+            e->wait_head = next;
+        else
+            engine_slot(e, prev)->next = next;
+        if (e->wait_tail == idx)
+            e->wait_tail = prev;
+        e->waiting--;
+        return;
+    }
+}
+
+/* Abandon an operation: its awaiting task gave up. A queued one ends now; one with the kernel
+ * is asked to stop and ends when its completion is reaped (its memory stays pinned till then). */
+static void engine_abandon(engine_t *e, uint32_t idx)
+{
+    op_t *op = engine_slot(e, idx);
+    if (op->abandoned)
+        return;
+    op->abandoned = 1;
+    e->st.cancels++;
+    if (op->state == OPS_WAITING) {
+        wait_remove(e, idx);
+        op_finish(e, idx, ECANCELED);
+    } else if (op->state == OPS_KERNEL && e->ops->cancel) {
+        e->ops->cancel(e, idx);
+    }
+}
+
+static PyObject *Engine_cancel(engine_t *e, PyObject *fut)
+{
+    if (e->fork_gen != engine_fork_generation || e->closed)
+        Py_RETURN_FALSE;
+    uint32_t idx = engine_find(e, fut);
+    if (idx == OP_NONE)
+        Py_RETURN_FALSE;
+    engine_abandon(e, idx);
+    Py_RETURN_TRUE;
+}
+
+/* ---------------------------------------------------------------- loop callbacks */
+
+static void eventfd_clear(engine_t *e)
+{
+    uint64_t v;
+    e->st.syscalls++;
+    while (read(e->efd, &v, sizeof v) < 0 && errno == EINTR)
+        ;
+}
+
+static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
+{
+    if (e->fork_gen != engine_fork_generation || e->closed)
+        Py_RETURN_NONE;
+    e->st.wakeups++;
+    eventfd_clear(e);
+    e->ops->reap(e, 0);
+    engine_pump(e);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Engine_flush(engine_t *e, PyObject *unused)
+{
+    e->flush_scheduled = 0;
+    if (e->fork_gen != engine_fork_generation || e->closed)
+        Py_RETURN_NONE;
+    engine_pump(e);
+    /* Cached buffered reads complete inside the submitting call: reap them now rather than
+     * after an eventfd round trip through the loop's selector. */
+    e->ops->reap(e, 0);
+    engine_pump(e);
+    Py_RETURN_NONE;
+}
+
+/* ---------------------------------------------------------------- life cycle */
+
+/* Release every slot without touching the kernel: a forked child's copy of the parent's engine
+ * (the kernel writes only into the parent's memory), or memory the kernel no longer owns. */
+static void engine_release_all(engine_t *e)
+{
+    e->drop_results = 1;
+    for (uint32_t b = 0; b < e->nblocks; b++)
+        for (uint32_t i = 0; i < OP_BLOCK; i++)
+            if (e->blocks[b][i].state != OPS_FREE)
+                op_finish(e, b * OP_BLOCK + i, ECANCELED);
+    e->in_kernel = e->waiting = 0;
+    e->wait_head = e->wait_tail = OP_NONE;
+}
+
+static void engine_unlink(engine_t *e)
+{
+    if (e->gprev)
+        e->gprev->gnext = e->gnext;
+    else if (g_engines == e)
+        g_engines = e->gnext;
+    if (e->gnext)
+        e->gnext->gprev = e->gprev;
+    e->gprev = e->gnext = NULL;
+}
+
+static void engine_close_fds(engine_t *e)
+{
+    if (e->efd >= 0) {
+        close(e->efd);
+        e->efd = -1;
+        g_count.eventfds--;
+    }
+}
+
+/* Wait for everything the kernel holds. Reads are cancelled (nothing is lost by that; a pipe
+ * read might otherwise wait forever); writes and syncs run to completion. */
+static int engine_drain(engine_t *e)
+{
+    while (e->in_kernel > 0 || e->waiting > 0) {
+        engine_fill(e);
+        for (uint32_t b = 0; b < e->nblocks; b++)
+            for (uint32_t i = 0; i < OP_BLOCK; i++) {
+                op_t *op = &e->blocks[b][i];
+                if (op->state == OPS_KERNEL && !op->cancel_sent &&
+                    (op->kind == OP_READ || op->kind == OP_READINTO)) {
+                    op->cancel_sent = 1;
+                    e->ops->cancel(e, b * OP_BLOCK + i);
+                }
+            }
+        int rc = e->ops->submit(e);
+        if (rc < 0 && rc != -EAGAIN && rc != -EBUSY)
+            return rc;
+        if (e->in_kernel > 0 && (rc = e->ops->reap(e, 1)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int engine_do_close(engine_t *e)
+{
+    if (e->closed)
+        return 0;
+    PyObject *loop = engine_loop(e);
+    if (!loop) {
+        e->drop_results = 1;
+    } else {
+        PyObject *c = PyObject_CallMethodNoArgs(loop, g_str_is_closed);
+        if (!c)
+            PyErr_Clear();
+        if (!c || c == Py_True)
+            e->drop_results = 1;
+        Py_XDECREF(c);
+    }
+    if (e->fork_gen == engine_fork_generation) {
+        if (e->in_kernel && e->owner_thread != PyThread_get_thread_ident() &&
+            (e->ops == &uring_ops)) {
+            /* A single-issuer ring can only be waited on from its own thread. Keep the pinned
+             * memory forever rather than free what the kernel may still write. */
+            PyErr_SetString(PyExc_RuntimeError,
+                            "aionative: an engine with operations in flight must be closed "
+                            "from its event loop's thread");
+            return -1;
+        }
+        e->closed = 2;  /* closing: completions finish their operations */
+        int rc = engine_drain(e);
+        if (rc < 0) {
+            e->closed = 0;
+            errno = -rc;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+    }
+    e->closed = 1;
+    engine_release_all(e);
+    e->ops->destroy(e);
+    engine_close_fds(e);
+    return 0;
+}
+
+static PyObject *Engine_close(engine_t *e, PyObject *unused)
+{
+    if (engine_do_close(e) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static void Engine_dealloc(engine_t *e)
+{
+    PyObject_GC_UnTrack(e);
+    if (!e->closed && e->ops) {
+        if (engine_do_close(e) < 0) {
+            /* Leaked on purpose: see engine_do_close. */
+            PyErr_WriteUnraisable((PyObject *)e);
+            engine_unlink(e);
+            return;
+        }
+    }
+    engine_unlink(e);
+    for (uint32_t b = 0; b < e->nblocks; b++)
+        PyMem_Free(e->blocks[b]);
+    PyMem_Free(e->blocks);
+    Py_CLEAR(e->loop_ref);
+    Py_CLEAR(e->flush_cb);
+    if (e->ops)
+        g_count.engines--;
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static int Engine_traverse(engine_t *e, visitproc visit, void *arg)
+{
+    Py_VISIT(e->flush_cb);
+    Py_VISIT(e->loop_ref);
+    return 0;
+}
+
+static int Engine_clear(engine_t *e)
+{
+    /* Futures and buffers stay with their slots until the kernel lets go of them. */
+    Py_CLEAR(e->flush_cb);
+    return 0;
+}
+
+/* Engine(backend, loop, entries=0, uring_flags=-1) */
+static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"backend", "loop", "entries", "uring_flags", NULL};
+    const char *backend;
+    PyObject *loop;
+    unsigned entries = 0;
+    long long uflags = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sO|IL:Engine", kwlist, &backend, &loop,
+                                     &entries, &uflags))
+        return NULL;
+    engine_t *e = (engine_t *)type->tp_alloc(type, 0);
+    if (!e)
+        return NULL;
+    e->efd = -1;
+    e->free_head = e->wait_head = e->wait_tail = OP_NONE;
+    e->fork_gen = engine_fork_generation;
+    e->owner_thread = PyThread_get_thread_ident();
+    e->loop_ref = PyWeakref_NewRef(loop, NULL);
+    if (!e->loop_ref)
+        goto fail;
+    e->flush_cb = PyObject_GetAttrString((PyObject *)e, "_flush");
+    if (!e->flush_cb)
+        goto fail;
+    e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (e->efd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto fail;
+    }
+    g_count.eventfds++;
+    char why[256] = "";
+    int rc;
+    if (strcmp(backend, "io_uring") == 0) {
+        rc = uring_create(e, entries ? entries : 256, (unsigned)uflags, uflags >= 0, why,
+                          sizeof why);
+    } else if (strcmp(backend, "linux_aio") == 0) {
+        rc = kaio_create(e, entries ? entries : 128, why, sizeof why);
+    } else {
+        PyErr_Format(PyExc_ValueError, "unknown native backend %R", PyTuple_GET_ITEM(args, 0));
+        goto fail;
+    }
+    if (rc < 0) {
+        errno = -rc;
+        PyObject *exc = PyObject_CallFunction(PyExc_OSError, "iss", -rc, strerror(-rc), why);
+        if (exc) {
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        goto fail;
+    }
+    g_count.engines++;
+    e->gnext = g_engines;
+    if (g_engines)
+        g_engines->gprev = e;
+    g_engines = e;
+    return (PyObject *)e;
+fail:
+    engine_close_fds(e);
+    Py_DECREF(e);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- introspection */
+
+static PyObject *Engine_fileno(engine_t *e, PyObject *unused)
+{
+    return PyLong_FromLong(e->efd);
+}
+
+#define STAT(name) {#name, offsetof(stats_t, name)}
+static const struct { const char *name; size_t off; } stat_fields[] = {
+    STAT(submitted), STAT(completed), STAT(batches), STAT(syscalls), STAT(wakeups),
+    STAT(queued), STAT(retries), STAT(splits), STAT(nowait_eagain), STAT(direct_reissues),
+    STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(cq_overflow),
+};
+
+static int dict_set_ull(PyObject *d, const char *k, unsigned long long v)
+{
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    int rc = o ? PyDict_SetItemString(d, k, o) : -1;
+    Py_XDECREF(o);
+    return rc;
+}
+
+static PyObject *Engine_stats(engine_t *e, PyObject *unused)
+{
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    for (size_t i = 0; i < sizeof stat_fields / sizeof stat_fields[0]; i++) {
+        uint64_t v = *(uint64_t *)((char *)&e->st + stat_fields[i].off);
+        if (dict_set_ull(d, stat_fields[i].name, v) < 0)
+            goto fail;
+    }
+    if (dict_set_ull(d, "in_flight", e->live) < 0 || dict_set_ull(d, "in_kernel", e->in_kernel) < 0 ||
+        dict_set_ull(d, "waiting", e->waiting) < 0 || dict_set_ull(d, "pinned", e->pinned) < 0 ||
+        dict_set_ull(d, "capacity", e->capacity) < 0)
+        goto fail;
+    return d;
+fail:
+    Py_DECREF(d);
+    return NULL;
+}
+
+static PyObject *Engine_info(engine_t *e, PyObject *unused)
+{
+    PyObject *d = PyDict_New();
+    if (!d)
+        return NULL;
+    PyObject *name = PyUnicode_FromString(e->ops ? e->ops->name : "?");
+    if (!name || PyDict_SetItemString(d, "backend", name) < 0 ||
+        dict_set_ull(d, "capacity", e->capacity) < 0 || (e->ops && e->ops->info(e, d) < 0)) {
+        Py_XDECREF(name);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(name);
+    return d;
+}
+
+static PyObject *Engine_get_backend(engine_t *e, void *c)
+{
+    return PyUnicode_FromString(e->ops ? e->ops->name : "?");
+}
+
+static PyObject *Engine_get_closed(engine_t *e, void *c)
+{
+    return PyBool_FromLong(e->closed != 0);
+}
+
+static PyObject *Engine_get_forked(engine_t *e, void *c)
+{
+    return PyBool_FromLong(e->fork_gen != engine_fork_generation);
+}
+
+static PyObject *Engine_get_in_flight(engine_t *e, void *c)
+{
+    return PyLong_FromUnsignedLong(e->live);
+}
+
+static PyObject *Engine_get_loop(engine_t *e, void *c)
+{
+    PyObject *loop = e->loop_ref ? engine_loop(e) : NULL;
+    return Py_NewRef(loop ? loop : Py_None);
+}
+
+static PyMethodDef Engine_methods[] = {
+    {"pread", (PyCFunction)(void (*)(void))Engine_pread, METH_FASTCALL,
+     "pread(fd, size, offset) -> Future[bytes]"},
+    {"preadinto", (PyCFunction)(void (*)(void))Engine_preadinto, METH_FASTCALL,
+     "preadinto(fd, buffer, offset) -> Future[int]"},
+    {"pwrite", (PyCFunction)(void (*)(void))Engine_pwrite, METH_FASTCALL,
+     "pwrite(fd, data, offset) -> Future[int]; short writes continue until all is written"},
+    {"fsync", (PyCFunction)Engine_fsync, METH_O, "fsync(fd) -> Future[None]"},
+    {"fdatasync", (PyCFunction)Engine_fdatasync, METH_O, "fdatasync(fd) -> Future[None]"},
+    {"cancel", (PyCFunction)Engine_cancel, METH_O,
+     "cancel(future) -> bool: abandon the operation whose future this is"},
+    {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS, "the eventfd the loop watches"},
+    {"_on_ready", (PyCFunction)Engine_on_ready, METH_NOARGS, "eventfd reader callback"},
+    {"_flush", (PyCFunction)Engine_flush, METH_NOARGS, "submit the iteration's batch"},
+    {"close", (PyCFunction)Engine_close, METH_NOARGS,
+     "wait for the kernel to finish every operation, then free the engine's resources"},
+    {"stats", (PyCFunction)Engine_stats, METH_NOARGS, "counters"},
+    {"info", (PyCFunction)Engine_info, METH_NOARGS, "backend details"},
+    {NULL},
+};
+
+static PyGetSetDef Engine_getset[] = {
+    {"backend", (getter)Engine_get_backend, NULL, NULL, NULL},
+    {"closed", (getter)Engine_get_closed, NULL, NULL, NULL},
+    {"forked", (getter)Engine_get_forked, NULL, NULL, NULL},
+    {"in_flight", (getter)Engine_get_in_flight, NULL, NULL, NULL},
+    {"loop", (getter)Engine_get_loop, NULL, NULL, NULL},
+    {NULL},
+};
+
+PyTypeObject Engine_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aionative._core.Engine",
+    .tp_basicsize = sizeof(engine_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "One event loop's native I/O engine (io_uring or Linux AIO).",
+    .tp_new = Engine_new,
+    .tp_dealloc = (destructor)Engine_dealloc,
+    .tp_traverse = (traverseproc)Engine_traverse,
+    .tp_clear = (inquiry)Engine_clear,
+    .tp_methods = Engine_methods,
+    .tp_getset = Engine_getset,
+};
+
+/* ---------------------------------------------------------------- module-level */
+
+static void atfork_child(void)
+{
+    /* Only plain stores here: the child may hold no lock and must not call into Python. */
+    engine_fork_generation++;
+    kaio_after_fork_child();
+}
+
+/* Free a forked child's inherited engines without touching the parent's kernel objects. */
+PyObject *engine_forget_inherited(PyObject *m, PyObject *unused)
+{
+    for (engine_t *e = g_engines; e; e = e->gnext) {
+        if (e->fork_gen == engine_fork_generation || e->closed)
+            continue;
+        e->closed = 1;
+        engine_release_all(e);
+        e->ops->destroy(e);
+        engine_close_fds(e);
+    }
+    Py_RETURN_NONE;
+}
+
+PyObject *engine_counters(PyObject *m, PyObject *unused)
+{
+    long ops = 0, pinned = 0, inkernel = 0;
+    for (engine_t *e = g_engines; e; e = e->gnext) {
+        ops += e->live;
+        pinned += e->pinned;
+        inkernel += e->in_kernel;
+    }
+    return Py_BuildValue("{sl,sl,sl,sl,sl,sl,sl,sl,sl,sl}", "engines", g_count.engines,
+                         "rings", g_count.rings, "eventfds", g_count.eventfds, "aio_contexts",
+                         g_count.aio_contexts, "aio_pooled", g_count.aio_pooled, "direct_fds",
+                         g_count.direct_fds, "live_ops", ops, "pinned_buffers", pinned,
+                         "in_kernel", inkernel, "fork_generation",
+                         (long)engine_fork_generation);
+}
+
+int engine_module_init(PyObject *m)
+{
+    PyObject *asyncio = PyImport_ImportModule("asyncio");
+    if (!asyncio)
+        return -1;
+    g_future_type = PyObject_GetAttrString(asyncio, "Future");
+    Py_DECREF(asyncio);
+    if (!g_future_type)
+        return -1;
+#define INTERN(var, s) if (!((var) = PyUnicode_InternFromString(s))) return -1
+    INTERN(g_str_loop, "loop");
+    INTERN(g_str_done, "done");
+    INTERN(g_str_set_result, "set_result");
+    INTERN(g_str_set_exception, "set_exception");
+    INTERN(g_str_call_soon, "call_soon");
+    INTERN(g_str_is_closed, "is_closed");
+    INTERN(g_str_characters_written, "characters_written");
+#undef INTERN
+    g_kw_loop = PyTuple_Pack(1, g_str_loop);
+    if (!g_kw_loop)
+        return -1;
+    if (PyType_Ready(&Engine_Type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "Engine", (PyObject *)&Engine_Type) < 0)
+        return -1;
+    if (pthread_atfork(NULL, NULL, atfork_child) != 0)
+        return -1;
+    return 0;
+}

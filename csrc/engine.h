@@ -1,0 +1,226 @@
+/* aionative engine: structures shared by the module, the engine core and the two kernel
+ * backends (uring.c: io_uring, kaio.c: Linux AIO).
+ *
+ * One engine serves one asyncio event loop, on that loop's thread. Operations live in a slot
+ * table that never moves (blocks of OP_BLOCK slots), so a slot index is a stable user_data for
+ * the kernel. A slot owns everything the kernel may touch until its completion is reaped.
+ */
+#ifndef AIONATIVE_ENGINE_H
+#define AIONATIVE_ENGINE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The most one read/write system call transfers (MAX_RW_COUNT); larger operations are split. */
+#define KERNEL_RW_MAX 0x7ffff000u
+
+#define OP_BLOCK 256u
+#define OP_NONE UINT32_MAX
+
+/* O_DIRECT alignment used by the Linux AIO re-issue path: a multiple of every logical block
+ * size up to 4 KiB, for memory address, length and offset alike. */
+#define DIO_ALIGN 4096u
+
+enum op_kind {
+    OP_READ,      /* result: a new bytes object the kernel reads into */
+    OP_READINTO,  /* result: int; the caller's writable buffer */
+    OP_WRITE,     /* result: int; the caller's buffer; short writes continue */
+    OP_FSYNC,
+    OP_FDATASYNC,
+};
+
+enum op_state {
+    OPS_FREE,
+    OPS_WAITING,  /* in the user-space queue: the kernel does not know it yet */
+    OPS_KERNEL,   /* handed to the kernel (prepared or submitted); the kernel owns its memory */
+};
+
+typedef struct op {
+    uint32_t next;          /* free list or user-space queue link */
+    uint8_t kind;
+    uint8_t state;
+    uint8_t abandoned;      /* the awaiting side gave up; drop the result when reaped */
+    uint8_t nowait;         /* kaio: this piece was submitted with RWF_NOWAIT */
+    uint8_t no_nowait;      /* kaio: the file refused RWF_NOWAIT; submit plainly */
+    uint8_t direct;         /* kaio: this piece is an O_DIRECT re-issue into `bounce` */
+    uint8_t retries;        /* transparent retries of -EINTR / -EAGAIN completions */
+    uint8_t cancel_sent;    /* the kernel was asked to cancel it (close drains reads so) */
+    uint32_t kslot;         /* backend's index for the piece (kaio: its iocb) */
+    int fd;
+    PyObject *future;       /* owned; until resolved or dropped */
+    PyObject *bytes;        /* owned; OP_READ's result object, written by the kernel until reaped */
+    Py_buffer view;         /* held while view.obj != NULL: from submission until the last
+                             * completion of the operation is reaped (pins the caller's buffer) */
+    char *buf;              /* borrowed from `bytes` or `view`; base of the caller's memory */
+    uint64_t len;           /* bytes requested in total */
+    uint64_t done;          /* bytes transferred so far */
+    int64_t off;            /* file offset of buf[0] */
+    uint32_t cur;           /* length of the piece now with the kernel */
+    int direct_fd;          /* kaio: borrowed from the engine's O_DIRECT cache while direct */
+    void *bounce;           /* kaio: owned aligned buffer of an O_DIRECT re-issue, until reaped */
+    uint64_t bounce_off;    /* kaio: file offset of bounce[0] */
+    uint32_t bounce_len;
+} op_t;
+
+typedef struct stats {
+    uint64_t submitted;       /* operations (pieces) handed to the kernel */
+    uint64_t completed;       /* completions reaped */
+    uint64_t batches;         /* submission system calls that carried at least one operation */
+    uint64_t syscalls;        /* every system call the engine made */
+    uint64_t wakeups;         /* eventfd wake-ups handled */
+    uint64_t queued;          /* operations that waited in user space for kernel room */
+    uint64_t retries;         /* transparent re-submissions (-EINTR, -EAGAIN, short transfers) */
+    uint64_t splits;          /* extra pieces of operations larger than KERNEL_RW_MAX */
+    uint64_t nowait_eagain;   /* kaio: RWF_NOWAIT reads that would have blocked */
+    uint64_t direct_reissues; /* kaio: O_DIRECT re-issues of those */
+    uint64_t direct_refused;  /* kaio: O_DIRECT unavailable; read done blocking in io_submit */
+    uint64_t nowait_unsupported; /* kaio: RWF_NOWAIT refused for the file; read done blocking */
+    uint64_t cancels;         /* cancellation requests */
+    uint64_t cq_overflow;     /* io_uring: CQ overflow flushes */
+} stats_t;
+
+struct engine;
+
+typedef struct backend_ops {
+    const char *name;
+    /* Put `op`'s current piece in the kernel's submission queue. 0, or -EBUSY when full. */
+    int (*prep)(struct engine *e, op_t *op, uint32_t idx);
+    /* Hand prepared entries to the kernel. Returns 0 or -errno (fatal for the engine). */
+    int (*submit)(struct engine *e);
+    /* Reap every available completion through engine_complete(); `wait` blocks for one. */
+    int (*reap)(struct engine *e, int wait);
+    /* Ask the kernel to cancel an operation; best effort. */
+    void (*cancel)(struct engine *e, uint32_t idx);
+    /* Free kernel objects. Called with nothing in flight, or from a forked child. */
+    void (*destroy)(struct engine *e);
+    /* Add backend details to the info dict. */
+    int (*info)(struct engine *e, PyObject *dict);
+} backend_ops;
+
+typedef struct uring {
+    int fd;
+    unsigned flags;           /* setup flags obtained */
+    unsigned features;
+    unsigned sq_entries, cq_entries;
+    void *sq_map, *cq_map;    /* mmap()ed rings (cq_map == sq_map with FEAT_SINGLE_MMAP) */
+    size_t sq_map_len, cq_map_len;
+    void *sqes;               /* struct io_uring_sqe[sq_entries] */
+    size_t sqes_len;
+    unsigned *sq_head, *sq_tail, *sq_mask, *sq_flags, *sq_array;
+    unsigned *cq_head, *cq_tail, *cq_mask;
+    void *cqes;
+    unsigned sq_local_tail;   /* entries prepared up to here; published at submit */
+    unsigned to_submit;
+} uring_t;
+
+typedef struct dcache_ent {
+    int fd;                   /* the caller's descriptor */
+    int dfd;                  /* our O_DIRECT descriptor of the same file, -1 if refused */
+    dev_t dev;
+    ino_t ino;
+} dcache_ent;
+
+#define DCACHE_SIZE 16
+
+typedef struct kaio {
+    unsigned long ctx;        /* aio_context_t, from the process-wide pool */
+    unsigned nr;              /* its size */
+    void **pending;           /* struct iocb *[nr]: prepared, not yet accepted by io_submit */
+    unsigned npending;
+    void *iocbs;              /* struct iocb[nr]: one per in-flight slot (slot-indexed lazily) */
+    void *events;             /* struct io_event[nr] */
+    uint32_t *iocb_slot;      /* iocb index -> op slot */
+    uint32_t *free_iocbs;     /* stack of free iocb indexes */
+    unsigned nfree_iocbs;
+    dcache_ent dcache[DCACHE_SIZE];
+    unsigned dcache_next;
+} kaio_t;
+
+typedef struct engine {
+    PyObject_HEAD
+    const backend_ops *ops;
+    int efd;                  /* eventfd the kernel signals on completion */
+    int closed;               /* 0 open, 2 draining, 1 closed */
+    int drop_results;         /* the loop is gone or closed: futures cannot be resolved */
+    unsigned long fork_gen;   /* engine_fork_generation at creation: a child never touches it */
+    unsigned long owner_thread;
+    PyObject *loop_ref;       /* owned weakref to the event loop (no cycle through the loop) */
+    PyObject *flush_cb;       /* owned bound method self._flush (cycle: GC-tracked) */
+    int flush_scheduled;
+    unsigned capacity;        /* most operations with the kernel at once */
+    /* slot table */
+    op_t **blocks;
+    uint32_t nblocks;
+    uint32_t free_head;
+    uint32_t wait_head, wait_tail; /* user-space queue of OPS_WAITING slots */
+    uint32_t in_kernel;       /* slots in OPS_KERNEL */
+    uint32_t waiting;         /* slots in OPS_WAITING */
+    uint32_t live;            /* slots not free */
+    uint32_t pinned;          /* Py_buffer views and read bytes the kernel may write */
+    stats_t st;
+    union {
+        uring_t ring;
+        kaio_t aio;
+    } b;
+    struct engine *gprev, *gnext;  /* all engines of the process (GIL-protected) */
+} engine_t;
+
+/* engine.c */
+extern PyTypeObject Engine_Type;
+extern unsigned long engine_fork_generation;
+extern PyObject *g_future_type;      /* asyncio.Future */
+extern PyObject *g_str_loop;         /* interned "loop" */
+int engine_module_init(PyObject *m);
+static inline op_t *engine_slot(engine_t *e, uint32_t idx)
+{
+    return &e->blocks[idx / OP_BLOCK][idx % OP_BLOCK];
+}
+/* Backends report each completion here; it continues, retries or finishes the operation. */
+void engine_complete(engine_t *e, uint32_t idx, int64_t res);
+/* Requeue a slot whose piece must be submitted again (called from backends). */
+void engine_resubmit(engine_t *e, uint32_t idx);
+PyObject *engine_forget_inherited(PyObject *m, PyObject *unused);
+PyObject *engine_counters(PyObject *m, PyObject *unused);
+
+/* uring.c / kaio.c: create the backend state in `e`. 0 or -errno, with a reason written. */
+extern const backend_ops uring_ops;
+extern const backend_ops kaio_ops;
+int uring_create(engine_t *e, unsigned entries, unsigned force_flags, int use_force_flags,
+                 char *why, size_t whylen);
+int uring_probe(unsigned *flags_out, char *why, size_t whylen);
+int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen);
+void kaio_pool_drain(void);
+void kaio_after_fork_child(void);
+
+/* Fault injection: a test-only mechanism compiled into every build (one load per call site).
+ * A point armed with (errno, count) makes its next `count` calls fail with -errno. */
+enum fault_point {
+    FP_URING_SETUP,
+    FP_URING_ENTER,
+    FP_IO_SETUP,
+    FP_IO_SUBMIT,
+    FP_COMPLETION,     /* the next completions carry -errno instead of their result */
+    FP_SHORT,          /* the next read/write completions transfer half of what they did */
+    FP_DIRECT_OPEN,    /* kaio: opening the O_DIRECT descriptor fails */
+    FP_COUNT
+};
+extern int fault_errno[FP_COUNT];
+extern int fault_count[FP_COUNT];
+static inline int fault_hit(enum fault_point p)
+{
+    if (__builtin_expect(fault_count[p] == 0, 1))
+        return 0;
+    if (fault_count[p] > 0)
+        fault_count[p]--;
+    return -fault_errno[p];
+}
+
+/* Process-wide resource counters (read by tests: every one returns to its start). */
+typedef struct gcounters {
+    long engines, rings, eventfds, aio_contexts, aio_pooled, direct_fds;
+} gcounters_t;
+extern gcounters_t g_count;
+
+#endif

@@ -1,0 +1,436 @@
+/* Linux AIO backend: io_setup / io_submit / io_getevents, completions signalled on the engine's
+ * eventfd through IOCB_FLAG_RESFD.
+ *
+ * Linux AIO is asynchronous only for O_DIRECT; a buffered read would run inside io_submit, on
+ * the loop's thread. So buffered reads go with RWF_NOWAIT (4.14): a read that would block
+ * completes with -EAGAIN, and is re-issued as an O_DIRECT read of the aligned superset through
+ * a second, O_DIRECT descriptor of the same file, then copied out.
+ *
+ * fs.aio-max-nr is a system-wide budget, so contexts are small and kept in a process-wide
+ * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/aio_abi.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008
+#endif
+
+#define POOL_MAX 8
+
+/* Contexts of engines that closed, for the next engine of this process. GIL-protected. */
+static struct {
+    aio_context_t ctx;
+    unsigned nr;
+} pool[POOL_MAX];
+static int npool;
+
+static int sys_io_setup(unsigned nr, aio_context_t *ctx)
+{
+    int f = fault_hit(FP_IO_SETUP);
+    if (f)
+        return f;
+    return syscall(__NR_io_setup, nr, ctx) < 0 ? -errno : 0;
+}
+
+static void ctx_destroy(aio_context_t ctx)
+{
+    syscall(__NR_io_destroy, ctx);
+    g_count.aio_contexts--;
+}
+
+static int ctx_take(unsigned nr, aio_context_t *ctx, char *why, size_t whylen)
+{
+    for (int i = npool - 1; i >= 0; i--) {
+        if (pool[i].nr != nr)
+            continue;
+        *ctx = pool[i].ctx;
+        pool[i] = pool[--npool];
+        g_count.aio_pooled--;
+        return 0;
+    }
+    *ctx = 0;
+    int rc = sys_io_setup(nr, ctx);
+    if (rc == 0) {
+        g_count.aio_contexts++;
+        return 0;
+    }
+    if (rc == -EAGAIN)
+        snprintf(why, whylen, "io_setup: EAGAIN (fs.aio-max-nr exhausted system-wide)");
+    else if (rc == -ENOSYS)
+        snprintf(why, whylen, "io_setup: ENOSYS (kernel without AIO)");
+    else if (rc == -EPERM)
+        snprintf(why, whylen, "io_setup: EPERM (blocked by seccomp)");
+    else
+        snprintf(why, whylen, "io_setup: %s", strerror(-rc));
+    return rc;
+}
+
+static void ctx_give_back(aio_context_t ctx, unsigned nr)
+{
+    if (npool < POOL_MAX) {
+        pool[npool].ctx = ctx;
+        pool[npool].nr = nr;
+        npool++;
+        g_count.aio_pooled++;
+    } else {
+        ctx_destroy(ctx);
+    }
+}
+
+void kaio_pool_drain(void)
+{
+    while (npool > 0) {
+        ctx_destroy(pool[--npool].ctx);
+        g_count.aio_pooled--;
+    }
+}
+
+void kaio_after_fork_child(void)
+{
+    /* The parent's contexts live in the parent's memory map; the child has none of them. */
+    g_count.aio_contexts -= npool;
+    g_count.aio_pooled -= npool;
+    npool = 0;
+}
+
+int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen)
+{
+    kaio_t *a = &e->b.aio;
+    int rc = ctx_take(entries, (aio_context_t *)&a->ctx, why, whylen);
+    if (rc < 0)
+        return rc;
+    e->ops = &kaio_ops;
+    a->nr = entries;
+    a->pending = PyMem_Calloc(entries, sizeof(struct iocb *));
+    a->iocbs = PyMem_Calloc(entries, sizeof(struct iocb));
+    a->events = PyMem_Calloc(entries, sizeof(struct io_event));
+    a->free_iocbs = PyMem_Calloc(entries, sizeof(uint32_t));
+    for (unsigned i = 0; i < DCACHE_SIZE; i++)
+        a->dcache[i].fd = a->dcache[i].dfd = -1;
+    if (!a->pending || !a->iocbs || !a->events || !a->free_iocbs) {
+        kaio_ops.destroy(e);
+        e->ops = NULL;
+        snprintf(why, whylen, "out of memory");
+        return -ENOMEM;
+    }
+    for (unsigned i = 0; i < entries; i++)
+        a->free_iocbs[a->nfree_iocbs++] = entries - 1 - i;
+    e->capacity = entries;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- O_DIRECT descriptors */
+
+static void dcache_drop(dcache_ent *d)
+{
+    if (d->dfd >= 0) {
+        close(d->dfd);  /* in-flight iocbs hold their own reference to the file */
+        g_count.direct_fds--;
+    }
+    d->fd = d->dfd = -1;
+}
+
+/* Our O_DIRECT descriptor for the file behind `fd`, or -1 when there is none to have (not a
+ * regular file, or the filesystem / permissions refuse it). Keyed by (fd, dev, inode) so a
+ * reused descriptor number never reads another file. */
+static int dcache_get(engine_t *e, int fd)
+{
+    kaio_t *a = &e->b.aio;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+        return -1;
+    dcache_ent *slot = NULL;
+    for (unsigned i = 0; i < DCACHE_SIZE; i++) {
+        dcache_ent *d = &a->dcache[i];
+        if (d->fd != fd)
+            continue;
+        if (d->dev == st.st_dev && d->ino == st.st_ino)
+            return d->dfd;
+        slot = d;  /* the number now names another file */
+    }
+    if (!slot)
+        slot = &a->dcache[a->dcache_next++ % DCACHE_SIZE];
+    dcache_drop(slot);
+    char path[40];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    int dfd = fault_hit(FP_DIRECT_OPEN) ? -1 : open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (dfd >= 0)
+        g_count.direct_fds++;
+    slot->fd = fd;
+    slot->dfd = dfd;
+    slot->dev = st.st_dev;
+    slot->ino = st.st_ino;
+    return dfd;
+}
+
+/* Turn the op's current piece into an O_DIRECT read of the aligned superset. */
+static int direct_setup(engine_t *e, op_t *op)
+{
+    int dfd = dcache_get(e, op->fd);
+    if (dfd < 0)
+        return -1;
+    uint64_t pos = (uint64_t)op->off + op->done;
+    uint64_t cur = op->cur;
+    if (cur > KERNEL_RW_MAX - 2 * DIO_ALIGN)
+        cur = KERNEL_RW_MAX - 2 * DIO_ALIGN;
+    uint64_t start = pos & ~(uint64_t)(DIO_ALIGN - 1);
+    uint64_t end = (pos + cur + DIO_ALIGN - 1) & ~(uint64_t)(DIO_ALIGN - 1);
+    void *bounce = NULL;
+    if (end > start && posix_memalign(&bounce, DIO_ALIGN, end - start) != 0)
+        return -1;
+    op->cur = (uint32_t)cur;
+    op->direct = 1;
+    op->direct_fd = dfd;
+    op->bounce = bounce;
+    op->bounce_off = start;
+    op->bounce_len = (uint32_t)(end - start);
+    return 0;
+}
+
+/* Bytes of the op's piece that the finished O_DIRECT read delivered, copied out. */
+static int64_t direct_finish(op_t *op, int64_t res)
+{
+    if (res >= 0) {
+        uint64_t skip = (uint64_t)op->off + op->done - op->bounce_off;
+        int64_t n = res - (int64_t)skip;
+        if (n < 0)
+            n = 0;
+        if (n > op->cur)
+            n = op->cur;
+        memcpy(op->buf + op->done, (char *)op->bounce + skip, (size_t)n);
+        res = n;
+    }
+    free(op->bounce);
+    op->bounce = NULL;
+    op->direct = 0;
+    op->direct_fd = -1;
+    return res;
+}
+
+/* ---------------------------------------------------------------- backend operations */
+
+static int k_prep(engine_t *e, op_t *op, uint32_t idx)
+{
+    kaio_t *a = &e->b.aio;
+    if (!a->nfree_iocbs)
+        return -EBUSY;
+    uint32_t k = a->free_iocbs[--a->nfree_iocbs];
+    struct iocb *cb = &((struct iocb *)a->iocbs)[k];
+    memset(cb, 0, sizeof *cb);
+    cb->aio_data = idx;
+    cb->aio_fildes = (uint32_t)op->fd;
+    cb->aio_flags = IOCB_FLAG_RESFD;
+    cb->aio_resfd = (uint32_t)e->efd;
+    op->kslot = k;
+    op->nowait = 0;
+    switch (op->kind) {
+    case OP_READ:
+    case OP_READINTO:
+        cb->aio_lio_opcode = IOCB_CMD_PREAD;
+        if (op->direct) {
+            cb->aio_fildes = (uint32_t)op->direct_fd;
+            cb->aio_buf = (uint64_t)(uintptr_t)op->bounce;
+            cb->aio_nbytes = op->bounce_len;
+            cb->aio_offset = (int64_t)op->bounce_off;
+            break;
+        }
+        cb->aio_buf = (uint64_t)(uintptr_t)(op->buf + op->done);
+        cb->aio_nbytes = op->cur;
+        cb->aio_offset = op->off + (int64_t)op->done;
+        if (!op->no_nowait) {
+            cb->aio_rw_flags = RWF_NOWAIT;
+            op->nowait = 1;
+        }
+        break;
+    case OP_WRITE:
+        /* ext4 refuses RWF_NOWAIT on buffered writes: they copy into the page cache inside
+         * io_submit (see docs/benchmarks.md for what that costs the loop). */
+        cb->aio_lio_opcode = IOCB_CMD_PWRITE;
+        cb->aio_buf = (uint64_t)(uintptr_t)(op->buf + op->done);
+        cb->aio_nbytes = op->cur;
+        cb->aio_offset = op->off + (int64_t)op->done;
+        break;
+    case OP_FSYNC:
+        cb->aio_lio_opcode = IOCB_CMD_FSYNC;
+        break;
+    case OP_FDATASYNC:
+        cb->aio_lio_opcode = IOCB_CMD_FDSYNC;
+        break;
+    }
+    a->pending[a->npending++] = cb;
+    e->st.submitted++;
+    return 0;
+}
+
+static void iocb_release(kaio_t *a, op_t *op)
+{
+    a->free_iocbs[a->nfree_iocbs++] = op->kslot;
+}
+
+/* Re-prepare a piece the kernel turned back, within the same in-kernel budget. */
+static void k_reprep(engine_t *e, op_t *op, uint32_t idx)
+{
+    iocb_release(&e->b.aio, op);
+    k_prep(e, op, idx);  /* cannot fail: an iocb was just released */
+}
+
+/* A piece that never reached the kernel or came back from it: give the engine its result,
+ * or take a detour (O_DIRECT, or a plain blocking read) and keep it with the kernel. */
+static void k_result(engine_t *e, uint32_t idx, int64_t res)
+{
+    op_t *op = engine_slot(e, idx);
+    if (op->direct) {
+        if (res == -EINVAL) {  /* the filesystem refused this O_DIRECT read */
+            direct_finish(op, res);
+            e->st.direct_refused++;
+            op->no_nowait = 1;
+            k_reprep(e, op, idx);
+            return;
+        }
+        res = direct_finish(op, res);
+    } else if (op->nowait && res == -EAGAIN && !op->cancel_sent && !e->drop_results) {
+        e->st.nowait_eagain++;
+        if (direct_setup(e, op) == 0) {
+            e->st.direct_reissues++;
+        } else {
+            e->st.direct_refused++;
+            op->no_nowait = 1;
+        }
+        k_reprep(e, op, idx);
+        return;
+    } else if (op->nowait && res == -EOPNOTSUPP) {
+        e->st.nowait_unsupported++;
+        op->no_nowait = 1;
+        k_reprep(e, op, idx);
+        return;
+    }
+    iocb_release(&e->b.aio, op);
+    engine_complete(e, idx, res);
+}
+
+static int k_submit(engine_t *e)
+{
+    kaio_t *a = &e->b.aio;
+    while (a->npending) {
+        long n;
+        int f = fault_hit(FP_IO_SUBMIT);
+        e->st.syscalls++;
+        if (f) {
+            n = -1;
+            errno = -f;
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            n = syscall(__NR_io_submit, (aio_context_t)a->ctx, (long)a->npending, a->pending);
+            Py_END_ALLOW_THREADS
+        }
+        if (n > 0) {
+            e->st.batches++;
+            a->npending -= (unsigned)n;
+            memmove(a->pending, a->pending + n, a->npending * sizeof(void *));
+            continue;
+        }
+        int err = n == 0 ? EAGAIN : errno;
+        if (err == EINTR)
+            continue;
+        if (err == EAGAIN)
+            return -EAGAIN;
+        /* io_submit names the first iocb's own error: that piece ends here, the rest go on. */
+        struct iocb *cb = a->pending[0];
+        a->npending--;
+        memmove(a->pending, a->pending + 1, a->npending * sizeof(void *));
+        k_result(e, (uint32_t)cb->aio_data, -err);
+    }
+    return 0;
+}
+
+static int k_reap(engine_t *e, int wait)
+{
+    kaio_t *a = &e->b.aio;
+    struct io_event *ev = a->events;
+    for (;;) {
+        struct timespec zero = {0, 0};
+        long n;
+        e->st.syscalls++;
+        if (wait) {
+            Py_BEGIN_ALLOW_THREADS
+            n = syscall(__NR_io_getevents, (aio_context_t)a->ctx, 1L, (long)a->nr, ev, NULL);
+            Py_END_ALLOW_THREADS
+        } else {
+            n = syscall(__NR_io_getevents, (aio_context_t)a->ctx, 0L, (long)a->nr, ev, &zero);
+        }
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        /* Copy out first: handling may run Python code (finalizers) that reaps again. */
+        struct { uint32_t idx; int64_t res; } got[n > 0 ? n : 1];
+        for (long i = 0; i < n; i++) {
+            got[i].idx = (uint32_t)ev[i].data;
+            got[i].res = (int64_t)ev[i].res;
+        }
+        for (long i = 0; i < n; i++)
+            k_result(e, got[i].idx, got[i].res);
+        if (n < (long)a->nr)
+            return 0;
+        wait = 0;
+    }
+}
+
+static void k_cancel(engine_t *e, uint32_t idx)
+{
+    /* io_cancel is not supported for file I/O: the piece completes on its own, and its
+     * result is dropped or delivered as the engine decides. */
+}
+
+static void k_destroy(engine_t *e)
+{
+    kaio_t *a = &e->b.aio;
+    for (unsigned i = 0; i < DCACHE_SIZE; i++)
+        if (a->dcache[i].dfd >= 0 || a->dcache[i].fd >= 0)
+            dcache_drop(&a->dcache[i]);
+    if (a->ctx) {
+        if (e->fork_gen == engine_fork_generation)
+            ctx_give_back((aio_context_t)a->ctx, a->nr);
+        a->ctx = 0;
+    }
+    PyMem_Free(a->pending);
+    PyMem_Free(a->iocbs);
+    PyMem_Free(a->events);
+    PyMem_Free(a->free_iocbs);
+    a->pending = a->iocbs = a->events = NULL;
+    a->free_iocbs = NULL;
+}
+
+static int k_info(engine_t *e, PyObject *d)
+{
+    PyObject *v = Py_BuildValue("{sIsOsi}", "aio_nr", e->b.aio.nr, "nowait_reads", Py_True,
+                                "pooled_contexts", npool);
+    if (!v)
+        return -1;
+    int rc = PyDict_Update(d, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+const backend_ops kaio_ops = {
+    .name = "linux_aio",
+    .prep = k_prep,
+    .submit = k_submit,
+    .reap = k_reap,
+    .cancel = k_cancel,
+    .destroy = k_destroy,
+    .info = k_info,
+};

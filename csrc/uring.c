@@ -1,0 +1,411 @@
+/* io_uring backend: a ring set up with raw system calls (the uapi header is all we need), a
+ * registered eventfd the loop watches, and the best setup flags the kernel accepts.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <linux/io_uring.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Flags newer than the build host's uapi header; the kernel answers EINVAL if it lacks them. */
+#ifndef IORING_SETUP_SUBMIT_ALL
+#define IORING_SETUP_SUBMIT_ALL (1U << 7)
+#endif
+#ifndef IORING_SETUP_COOP_TASKRUN
+#define IORING_SETUP_COOP_TASKRUN (1U << 8)
+#endif
+#ifndef IORING_SETUP_SINGLE_ISSUER
+#define IORING_SETUP_SINGLE_ISSUER (1U << 12)
+#endif
+#ifndef IORING_SETUP_DEFER_TASKRUN
+#define IORING_SETUP_DEFER_TASKRUN (1U << 13)
+#endif
+#ifndef IORING_SQ_TASKRUN
+#define IORING_SQ_TASKRUN (1U << 1)
+#endif
+#ifndef IORING_FEAT_RW_CUR_POS
+#define IORING_FEAT_RW_CUR_POS (1U << 3)
+#endif
+
+/* user_data of the engine's own ASYNC_CANCEL requests (slot indexes are below OP_NONE). */
+#define CANCEL_UD ((uint64_t)UINT64_MAX)
+
+#define DEFER_FLAGS (IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN)
+
+/* Preference order. DEFER_TASKRUN (6.1) runs completion work only when we ask for events:
+ * fewest interruptions for one thread driving one ring. COOP_TASKRUN (5.19) at least avoids
+ * IPIs. CQSIZE keeps the completion queue larger than what can be in flight. */
+static const unsigned setup_choices[] = {
+    DEFER_FLAGS | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE,
+    IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE,
+    IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE,
+    IORING_SETUP_CQSIZE,
+    0,
+};
+
+static int sys_setup(unsigned entries, struct io_uring_params *p)
+{
+    int f = fault_hit(FP_URING_SETUP);
+    if (f)
+        return f;
+    int fd = (int)syscall(__NR_io_uring_setup, entries, p);
+    return fd < 0 ? -errno : fd;
+}
+
+static int sys_enter(int fd, unsigned submit, unsigned min_complete, unsigned flags)
+{
+    int f = fault_hit(FP_URING_ENTER);
+    if (f)
+        return f;
+    int rc = (int)syscall(__NR_io_uring_enter, fd, submit, min_complete, flags, NULL, 0);
+    return rc < 0 ? -errno : rc;
+}
+
+static int sys_register(int fd, unsigned opcode, void *arg, unsigned nr)
+{
+    int rc = (int)syscall(__NR_io_uring_register, fd, opcode, arg, nr);
+    return rc < 0 ? -errno : rc;
+}
+
+static const char *unavailable_reason(int err)
+{
+    switch (err) {
+    case EPERM:
+        return "io_uring_setup: EPERM (blocked by seccomp, e.g. Docker >= 25 / containerd 2, "
+               "or kernel.io_uring_disabled)";
+    case ENOSYS:
+        return "io_uring_setup: ENOSYS (kernel without io_uring, gVisor or rootless Podman)";
+    case EINVAL:
+        return "io_uring_setup: EINVAL (kernel too old for any supported setup)";
+    default:
+        return NULL;
+    }
+}
+
+/* Try the setup choices in order. Returns the ring fd or -errno; `p` holds the winner's
+ * parameters. EINVAL means "not this combination"; anything else ends the search. */
+static int ring_setup(unsigned entries, struct io_uring_params *p, const unsigned *choices,
+                      size_t nchoices)
+{
+    int rc = -EINVAL;
+    for (size_t i = 0; i < nchoices; i++) {
+        memset(p, 0, sizeof *p);
+        p->flags = choices[i];
+        p->cq_entries = entries * 8;
+        rc = sys_setup(entries, p);
+        if (rc >= 0 || rc != -EINVAL)
+            return rc;
+    }
+    return rc;
+}
+
+static void ring_unmap(uring_t *r)
+{
+    if (r->sqes)
+        munmap(r->sqes, r->sqes_len);
+    if (r->cq_map && r->cq_map != r->sq_map)
+        munmap(r->cq_map, r->cq_map_len);
+    if (r->sq_map)
+        munmap(r->sq_map, r->sq_map_len);
+    r->sqes = r->cq_map = r->sq_map = NULL;
+}
+
+static int ring_map(uring_t *r, struct io_uring_params *p)
+{
+    r->sq_map_len = p->sq_off.array + p->sq_entries * sizeof(unsigned);
+    r->cq_map_len = p->cq_off.cqes + p->cq_entries * sizeof(struct io_uring_cqe);
+    int single = (p->features & IORING_FEAT_SINGLE_MMAP) != 0;
+    if (single && r->cq_map_len > r->sq_map_len)
+        r->sq_map_len = r->cq_map_len;
+    void *sq = mmap(NULL, r->sq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
+                    IORING_OFF_SQ_RING);
+    if (sq == MAP_FAILED)
+        return -errno;
+    r->sq_map = sq;
+    if (single) {
+        r->cq_map = sq;
+        r->cq_map_len = r->sq_map_len;
+    } else {
+        void *cq = mmap(NULL, r->cq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                        r->fd, IORING_OFF_CQ_RING);
+        if (cq == MAP_FAILED)
+            return -errno;
+        r->cq_map = cq;
+    }
+    r->sqes_len = p->sq_entries * sizeof(struct io_uring_sqe);
+    void *sqes = mmap(NULL, r->sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
+                      IORING_OFF_SQES);
+    if (sqes == MAP_FAILED)
+        return -errno;
+    r->sqes = sqes;
+    char *s = r->sq_map, *c = r->cq_map;
+    r->sq_head = (unsigned *)(s + p->sq_off.head);
+    r->sq_tail = (unsigned *)(s + p->sq_off.tail);
+    r->sq_mask = (unsigned *)(s + p->sq_off.ring_mask);
+    r->sq_flags = (unsigned *)(s + p->sq_off.flags);
+    r->sq_array = (unsigned *)(s + p->sq_off.array);
+    r->cq_head = (unsigned *)(c + p->cq_off.head);
+    r->cq_tail = (unsigned *)(c + p->cq_off.tail);
+    r->cq_mask = (unsigned *)(c + p->cq_off.ring_mask);
+    r->cqes = c + p->cq_off.cqes;
+    r->sq_local_tail = *r->sq_tail;
+    return 0;
+}
+
+int uring_probe(unsigned *flags_out, char *why, size_t whylen)
+{
+    struct io_uring_params p;
+    int fd = ring_setup(4, &p, setup_choices, sizeof setup_choices / sizeof setup_choices[0]);
+    if (fd < 0) {
+        const char *r = unavailable_reason(-fd);
+        snprintf(why, whylen, "%s", r ? r : strerror(-fd));
+        return fd;
+    }
+    close(fd);
+    if (!(p.features & IORING_FEAT_RW_CUR_POS)) {
+        snprintf(why, whylen, "kernel older than 5.6 (no IORING_OP_READ/WRITE)");
+        return -EINVAL;
+    }
+    *flags_out = p.flags;
+    return 0;
+}
+
+int uring_create(engine_t *e, unsigned entries, unsigned force_flags, int use_force_flags,
+                 char *why, size_t whylen)
+{
+    uring_t *r = &e->b.ring;
+    struct io_uring_params p;
+    r->fd = use_force_flags
+                ? ring_setup(entries, &p, &force_flags, 1)
+                : ring_setup(entries, &p, setup_choices,
+                             sizeof setup_choices / sizeof setup_choices[0]);
+    if (r->fd < 0) {
+        int err = -r->fd;
+        const char *reason = unavailable_reason(err);
+        snprintf(why, whylen, "%s", reason ? reason : "io_uring_setup failed");
+        r->fd = -1;
+        return -err;
+    }
+    g_count.rings++;
+    e->ops = &uring_ops;
+    r->flags = p.flags;
+    r->features = p.features;
+    r->sq_entries = p.sq_entries;
+    r->cq_entries = p.cq_entries;
+    int rc = ring_map(r, &p);
+    if (rc == 0 && !(p.features & IORING_FEAT_RW_CUR_POS))
+        rc = -EINVAL;
+    if (rc == 0)
+        rc = sys_register(r->fd, IORING_REGISTER_EVENTFD, &e->efd, 1);
+    if (rc < 0) {
+        snprintf(why, whylen, "io_uring ring set-up (mmap / register eventfd) failed");
+        uring_ops.destroy(e);
+        e->ops = NULL;
+        return rc;
+    }
+    /* Keep the CQ roomier than what may be in flight, with space for cancel requests. */
+    e->capacity = r->cq_entries / 2;
+    return 0;
+}
+
+static struct io_uring_sqe *sqe_get(uring_t *r)
+{
+    unsigned head = __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
+    if (r->sq_local_tail - head >= r->sq_entries)
+        return NULL;
+    unsigned i = r->sq_local_tail & *r->sq_mask;
+    struct io_uring_sqe *sqe = &((struct io_uring_sqe *)r->sqes)[i];
+    memset(sqe, 0, sizeof *sqe);
+    r->sq_array[i] = i;
+    r->sq_local_tail++;
+    return sqe;
+}
+
+static int u_prep(engine_t *e, op_t *op, uint32_t idx)
+{
+    struct io_uring_sqe *sqe = sqe_get(&e->b.ring);
+    if (!sqe)
+        return -EBUSY;
+    sqe->fd = op->fd;
+    sqe->user_data = idx;
+    switch (op->kind) {
+    case OP_READ:
+    case OP_READINTO:
+    case OP_WRITE:
+        sqe->opcode = op->kind == OP_WRITE ? IORING_OP_WRITE : IORING_OP_READ;
+        sqe->addr = (uint64_t)(uintptr_t)(op->buf + op->done);
+        sqe->len = op->cur;
+        sqe->off = (uint64_t)op->off + op->done;
+        break;
+    case OP_FSYNC:
+    case OP_FDATASYNC:
+        sqe->opcode = IORING_OP_FSYNC;
+        sqe->fsync_flags = op->kind == OP_FDATASYNC ? IORING_FSYNC_DATASYNC : 0;
+        break;
+    }
+    e->st.submitted++;
+    return 0;
+}
+
+static int u_submit(engine_t *e)
+{
+    uring_t *r = &e->b.ring;
+    __atomic_store_n(r->sq_tail, r->sq_local_tail, __ATOMIC_RELEASE);
+    unsigned n = r->sq_local_tail - __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
+    if (n == 0)
+        return 0;
+    /* With DEFER_TASKRUN, GETEVENTS (min_complete 0) also runs completion work now. */
+    unsigned flags = (r->flags & IORING_SETUP_DEFER_TASKRUN) ? IORING_ENTER_GETEVENTS : 0;
+    int rc;
+    do {
+        e->st.syscalls++;
+        rc = sys_enter(r->fd, n, 0, flags);
+    } while (rc == -EINTR);
+    if (rc > 0)
+        e->st.batches++;
+    return rc < 0 ? rc : 0;
+}
+
+/* Ask the kernel for completions: run deferred completion work, flush an overflowed CQ, or
+ * (wait) block for one, releasing the GIL. */
+static int u_getevents(engine_t *e, unsigned min_complete)
+{
+    uring_t *r = &e->b.ring;
+    int rc;
+    do {
+        e->st.syscalls++;
+        if (min_complete) {
+            Py_BEGIN_ALLOW_THREADS
+            rc = sys_enter(r->fd, 0, min_complete, IORING_ENTER_GETEVENTS);
+            Py_END_ALLOW_THREADS
+        } else {
+            rc = sys_enter(r->fd, 0, 0, IORING_ENTER_GETEVENTS);
+        }
+    } while (rc == -EINTR);
+    /* EAGAIN / EBUSY: the kernel is short of memory for overflow entries; reaping frees it. */
+    return (rc == -EAGAIN || rc == -EBUSY) ? 0 : rc;
+}
+
+static unsigned cq_drain(engine_t *e)
+{
+    uring_t *r = &e->b.ring;
+    unsigned head = *r->cq_head, n = 0;
+    for (;;) {
+        unsigned tail = __atomic_load_n(r->cq_tail, __ATOMIC_ACQUIRE);
+        if (head == tail)
+            break;
+        struct io_uring_cqe *cqe = &((struct io_uring_cqe *)r->cqes)[head & *r->cq_mask];
+        uint64_t ud = cqe->user_data;
+        int32_t res = cqe->res;
+        head++;
+        /* Publish before handling: the handler may run Python code, and the slot is ours. */
+        __atomic_store_n(r->cq_head, head, __ATOMIC_RELEASE);
+        n++;
+        if (ud != CANCEL_UD)
+            engine_complete(e, (uint32_t)ud, res);
+    }
+    return n;
+}
+
+static int u_reap(engine_t *e, int wait)
+{
+    uring_t *r = &e->b.ring;
+    if (r->flags & IORING_SETUP_DEFER_TASKRUN) {
+        int rc = u_getevents(e, 0);
+        if (rc < 0)
+            return rc;
+    }
+    unsigned got = cq_drain(e);
+    /* Bounded: flags that stay set are retried on the next wake-up or flush. */
+    for (int round = 0; round < 8; round++) {
+        unsigned sqf = __atomic_load_n(r->sq_flags, __ATOMIC_ACQUIRE);
+        if (sqf & IORING_SQ_CQ_OVERFLOW)
+            e->st.cq_overflow++;
+        int block = wait && !got;
+        if (!(sqf & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) && !block)
+            break;
+        int rc = u_getevents(e, block ? 1 : 0);
+        if (rc < 0)
+            return rc;
+        got += cq_drain(e);
+    }
+    return 0;
+}
+
+static void u_cancel(engine_t *e, uint32_t idx)
+{
+    uring_t *r = &e->b.ring;
+    struct io_uring_sqe *sqe = sqe_get(r);
+    if (!sqe) {
+        u_submit(e);
+        sqe = sqe_get(r);
+        if (!sqe)
+            return;  /* best effort: the operation completes on its own */
+    }
+    sqe->opcode = IORING_OP_ASYNC_CANCEL;
+    sqe->fd = -1;
+    sqe->addr = idx;
+    sqe->user_data = CANCEL_UD;
+}
+
+static void u_destroy(engine_t *e)
+{
+    uring_t *r = &e->b.ring;
+    ring_unmap(r);
+    if (r->fd >= 0) {
+        close(r->fd);
+        r->fd = -1;
+        g_count.rings--;
+    }
+}
+
+static int u_info(engine_t *e, PyObject *d)
+{
+    uring_t *r = &e->b.ring;
+    static const struct { unsigned bit; const char *name; } names[] = {
+        {IORING_SETUP_SINGLE_ISSUER, "SINGLE_ISSUER"},
+        {IORING_SETUP_DEFER_TASKRUN, "DEFER_TASKRUN"},
+        {IORING_SETUP_COOP_TASKRUN, "COOP_TASKRUN"},
+        {IORING_SETUP_SUBMIT_ALL, "SUBMIT_ALL"},
+        {IORING_SETUP_CQSIZE, "CQSIZE"},
+    };
+    PyObject *flags = PyList_New(0);
+    if (!flags)
+        return -1;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (!(r->flags & names[i].bit))
+            continue;
+        PyObject *s = PyUnicode_FromString(names[i].name);
+        if (!s || PyList_Append(flags, s) < 0) {
+            Py_XDECREF(s);
+            Py_DECREF(flags);
+            return -1;
+        }
+        Py_DECREF(s);
+    }
+    int rc = PyDict_SetItemString(d, "setup_flags", flags);
+    Py_DECREF(flags);
+    if (rc < 0)
+        return -1;
+    PyObject *v = Py_BuildValue("{sIsIsIsI}", "sq_entries", r->sq_entries, "cq_entries",
+                                r->cq_entries, "features", r->features, "flags_value", r->flags);
+    if (!v)
+        return -1;
+    rc = PyDict_Update(d, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+const backend_ops uring_ops = {
+    .name = "io_uring",
+    .prep = u_prep,
+    .submit = u_submit,
+    .reap = u_reap,
+    .cancel = u_cancel,
+    .destroy = u_destroy,
+    .info = u_info,
+};
