@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+from operator import index
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -107,14 +108,14 @@ class ThreadsEngine:
         return fut
 
     def pread(self, fd: int, size: int, offset: int) -> asyncio.Future[bytes]:
-        fd, size, offset = int(fd.__index__()), size.__index__(), offset.__index__()
+        fd, size, offset = index(fd), index(size), index(offset)
         _check_offset(offset)
         if size < 0:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
         return self._submit(_pread, fd, size, offset)
 
     def preadinto(self, fd: int, buffer: Any, offset: int) -> asyncio.Future[int]:
-        fd, offset = fd.__index__(), offset.__index__()
+        fd, offset = index(fd), index(offset)
         _check_offset(offset)
         view = memoryview(buffer).cast("B")
         if view.readonly:
@@ -122,15 +123,15 @@ class ThreadsEngine:
         return self._submit(_preadinto, fd, view, offset)
 
     def pwrite(self, fd: int, data: Any, offset: int) -> asyncio.Future[int]:
-        fd, offset = fd.__index__(), offset.__index__()
+        fd, offset = index(fd), index(offset)
         _check_offset(offset)
         return self._submit(_pwrite, fd, memoryview(data).cast("B"), offset)
 
     def fsync(self, fd: int) -> asyncio.Future[None]:
-        return self._submit(os.fsync, fd.__index__())
+        return self._submit(os.fsync, index(fd))
 
     def fdatasync(self, fd: int) -> asyncio.Future[None]:
-        return self._submit(os.fdatasync, fd.__index__())
+        return self._submit(os.fdatasync, index(fd))
 
     def cancel(self, future: asyncio.Future[Any]) -> bool:
         # A running os.pread cannot be interrupted; its buffer stays referenced by the worker

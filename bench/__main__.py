@@ -119,13 +119,20 @@ def main(argv: list[str] | None = None) -> int:
     names = _csv(args.workloads)
     if args.json and len(names) > 1:
         raise SystemExit("--json takes one workload; omit it to get results/<w>.json each")
+    try:
+        workloads = [load_workload(name) for name in names]
+    except ModuleNotFoundError as exc:
+        raise SystemExit(f"python -m bench: unknown workload ({exc})") from None
     started = time.monotonic()
     probe = probe_environment()
     failed = False
-    for name in names:
-        doc = run_workload(load_workload(name), args, probe)
+    for workload in workloads:
+        try:
+            doc = run_workload(workload, args, probe)
+        except ValueError as exc:
+            raise SystemExit(f"python -m bench: {exc}") from None
         print(render(doc), flush=True)
-        path = args.json or RESULTS_DIR / f"{name.lower()}.json"
+        path = args.json or RESULTS_DIR / f"{workload.name.lower()}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1, default=repr) + "\n")
         _log(f"{doc['workload']}: results written to {path}")

@@ -108,7 +108,7 @@ def machine_info(data_path: Path | None) -> JSONDict:
         "python_impl": platform.python_implementation(),
         "executable": sys.executable,
         "filesystem": filesystem_of(data_path) if data_path else None,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -18,13 +18,21 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from bench.common import JSONDict, Timing
 
 CHECK_MASK = 15          # look at the clock every 16 operations
 SAMPLE_INTERVAL = 0.05   # seconds between thread censuses
 StatsFn = Callable[[], dict[str, Any]]
+
+
+class Pacer(Protocol):
+    """What a reader loop calls after each operation: ``Meter`` or ``Quota``."""
+
+    def tick(self) -> bool:
+        """Count one completed operation; return False when the reader should stop."""
+        ...
 
 
 def thread_census() -> tuple[int, int]:

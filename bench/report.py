@@ -17,6 +17,7 @@ Cell = JSONDict
 Fmt = Callable[[Cell, int], str]
 DASH = "—"
 RATIO_BASES = ("sync", "aiofiles-asyncio")
+INFO_COMMON = {"kernel", "available", "requested", "requested_by", "active", "rejected"}
 
 
 def _ops(v: float) -> str:
@@ -56,7 +57,7 @@ def _table(doc: JSONDict, title: str, fmt: Fmt, rows: list[str] | None = None) -
     for system in _measured(doc) if rows is None else rows:
         row = [fmt(c, n) if (c := find(system, n)) else DASH for n in readers]
         lines.append(f"| {_label(doc, system)} | " + " | ".join(row) + " |")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def _ratio_to(doc: JSONDict, base: str) -> Fmt:
@@ -92,8 +93,8 @@ def _header(doc: JSONDict) -> list[str]:
     runs = f"median of {doc['repeats']} runs" if doc["repeats"] > 1 else "1 run"
     facts = [f"{size_label(size)} file on {m['filesystem']}" if size else None,
              f"kernel {m['kernel']}", f"{m['cpu_count']} CPUs", f"Python {m['python']}",
-             f"{doc['profile']} profile: {t['warmup']} s warm-up + {t['duration']} s per cell, "
-             f"{runs}", m["date"]]
+             f"{doc['profile']} profile: {t['warmup']} s warm-up + {t['duration']} s a cell, {runs}",
+             m["date"]]
     return [f"## {doc['workload']}: {doc['title']}", "",
             " · ".join(f for f in facts if f), ""]
 
@@ -113,8 +114,10 @@ def _notes(doc: JSONDict) -> list[str]:
 
 
 def _compact(info: Any) -> str:
+    """backend_info without the fields every backend shares (all of it is in the JSON)."""
     if isinstance(info, dict):
-        return ", ".join(f"{k}={v}" for k, v in info.items())
+        return ", ".join(f"{k}={v}" for k, v in info.items()
+                         if k not in INFO_COMMON and v not in ({}, None))
     return str(info)
 
 
@@ -123,7 +126,7 @@ def render(doc: JSONDict) -> str:
     unit = doc["unit"]
     lines = _header(doc)
     if not doc["cells"]:
-        return "\n".join(lines + ["No cell was measured.", ""] + _notes(doc))
+        return "\n".join([*lines, "No cell was measured.", "", *_notes(doc)])
     lines += _table(doc, f"Throughput ({unit}/s)", lambda c, n: _ops(c["ops_per_s"]))
     for base in RATIO_BASES:
         if base in _measured(doc):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,7 +37,6 @@ READERS = 64
 READS_PER_ROUND = 2000
 ROUNDS = 20
 WARMUP_ROUNDS = 2
-Setup = Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]
 
 
 def _aionative_params() -> list[Any]:
@@ -82,23 +81,42 @@ def _close_round(runner: asyncio.Runner, client: Client) -> None:
         runner.close()
 
 
-def _async_round(system: System, target: Target, extra: JSONDict) -> tuple[
-        Setup, Callable[..., None], Callable[..., None]]:
-    """setup/target/teardown for ``benchmark.pedantic`` on an async system."""
-    try:  # open once up front, so a missing system skips instead of failing mid-benchmark
+class AsyncRounds:
+    """setup/batch/teardown for ``benchmark.pedantic`` on an async system.
+
+    Open rounds are tracked and ``close_all`` closes leftovers: with ``--benchmark-disable``
+    pytest-benchmark runs setup and target once but never calls teardown.
+    """
+
+    def __init__(self, system: System, target: Target) -> None:
+        self.system, self.target = system, target
+        self.open: list[tuple[asyncio.Runner, Client]] = []
+
+    def setup(self) -> tuple[tuple[asyncio.Runner, Client], dict[str, Any]]:
+        pair = _open_round(self.system, self.target)
+        self.open.append(pair)
+        return pair, {}
+
+    def batch(self, runner: asyncio.Runner, client: Client) -> None:
+        runner.run(run_batch(client, self.target, READERS, READS_PER_ROUND))
+
+    def teardown(self, runner: asyncio.Runner, client: Client) -> None:
+        self.open.remove((runner, client))
+        _close_round(runner, client)
+
+    def close_all(self) -> None:
+        while self.open:
+            self.teardown(*self.open[-1])
+
+
+def _probe_system(system: System, target: Target, extra: JSONDict) -> None:
+    """Open the system once up front, so a missing one skips instead of failing mid-run."""
+    try:
         runner, client = _open_round(system, target)
     except Skip as exc:
         pytest.skip(str(exc))
     extra.update(client.info())
     _close_round(runner, client)
-
-    def setup() -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return _open_round(system, target), {}
-
-    def batch(runner: asyncio.Runner, client: Client) -> None:
-        runner.run(run_batch(client, target, READERS, READS_PER_ROUND))
-
-    return setup, batch, _close_round
 
 
 @pytest.mark.parametrize("name", SYSTEMS)
@@ -116,8 +134,12 @@ def test_w1_hot_random_4k(benchmark: Any, monkeypatch: pytest.MonkeyPatch, targe
         benchmark.pedantic(lambda: sync_loop(target, Quota(READS_PER_ROUND)),
                            rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
     else:
-        setup, batch, teardown = _async_round(system, target, benchmark.extra_info)
-        benchmark.pedantic(batch, setup=setup, teardown=teardown, rounds=ROUNDS,
-                           warmup_rounds=WARMUP_ROUNDS, iterations=1)
+        _probe_system(system, target, benchmark.extra_info)
+        rounds = AsyncRounds(system, target)
+        try:
+            benchmark.pedantic(rounds.batch, setup=rounds.setup, teardown=rounds.teardown,
+                               rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+        finally:
+            rounds.close_all()
     if benchmark.stats:
         benchmark.extra_info["reads_per_s"] = READS_PER_ROUND / benchmark.stats.stats.mean

@@ -41,17 +41,11 @@ from bench.common import (
     offset_pool,
     size_label,
 )
-from bench.meter import Meter, Quota, StatsFn
+from bench.meter import Meter, Pacer, Quota, StatsFn
 
 BLOCK = 4096
 DEFAULT_FILE_SIZE = 1 << 30
 POOL_SIZE = 1 << 18          # 2 MiB of offsets: far more blocks than any cache level holds
-
-
-class Pacer(Protocol):
-    """``Meter`` (time-boxed, shared) or ``Quota`` (count-based, per reader)."""
-
-    def tick(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -181,7 +175,7 @@ class AiofilesClient:
     @classmethod
     async def open(cls, target: Target, readers: int) -> AiofilesClient:
         try:
-            import aiofiles
+            import aiofiles  # type: ignore[import-untyped,unused-ignore]
         except ImportError as exc:
             raise Skip(f"aiofiles not importable: {exc}") from exc
         handles = await asyncio.gather(*(aiofiles.open(target.path, "rb")

@@ -41,7 +41,7 @@ def _version(dist: str) -> str | None:
 def _package_probe(module: str) -> JSONDict:
     try:
         __import__(module)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any import failure means "cannot run here"
         return {"ok": False, "error": f"{module} not importable: {exc!r}", "version": None}
     return {"ok": True, "error": None, "version": _version(module)}
 
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         status = {"status": "ok"} | _dispatch(args)()
     except Skip as exc:
         status = {"status": "skip", "reason": str(exc)}
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - every failure must reach the harness as JSON
         traceback.print_exc()
         status = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
     out.write(json.dumps(status, default=repr) + "\n")

@@ -435,7 +435,11 @@ static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
     int64_t off;
     if (check_nargs("pread", n, 3) < 0 || !engine_usable(e) || parse_fd(args[0], &fd) < 0)
         return NULL;
-    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    PyObject *size_obj = PyNumber_Index(args[1]);
+    if (!size_obj)
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(size_obj);
+    Py_DECREF(size_obj);
     if (size == -1 && PyErr_Occurred())
         return NULL;
     if (parse_offset(args[2], &off) < 0)
@@ -576,6 +580,9 @@ static PyObject *Engine_cancel(engine_t *e, PyObject *fut)
     if (idx == OP_NONE)
         Py_RETURN_FALSE;
     engine_abandon(e, idx);
+    /* The cancel request (io_uring) goes out with the iteration's batch. */
+    if (e->in_kernel && engine_schedule_flush(e) < 0)
+        return NULL;
     Py_RETURN_TRUE;
 }
 

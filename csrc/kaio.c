@@ -316,6 +316,13 @@ static void k_result(engine_t *e, uint32_t idx, int64_t res)
         k_reprep(e, op, idx);
         return;
     }
+    if (res == -EINVAL && op->kind != OP_FSYNC && op->kind != OP_FDATASYNC) {
+        /* AIO says EINVAL for a file without read_iter/write_iter; pread(2) says EISDIR for
+         * a directory. Error path only, so the fstat costs nothing in the common case. */
+        struct stat st;
+        if (fstat(op->fd, &st) == 0 && S_ISDIR(st.st_mode))
+            res = -EISDIR;
+    }
     iocb_release(&e->b.aio, op);
     engine_complete(e, idx, res);
 }

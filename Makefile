@@ -1,0 +1,47 @@
+# aionative — every target installs what it needs into .venv (Python >= 3.11 and a C compiler
+# are the only prerequisites). `make help` lists the targets.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install build debug test bench bench-pytest lint typecheck clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP) ## create .venv and install aionative (editable) with test and bench tools
+
+build: $(STAMP) ## (re)build the C extension in place (AIONATIVE_DEBUG=1 / AIONATIVE_SANITIZE=1 to taste)
+	$(PY) setup.py -q build_ext --inplace
+
+debug: ## build the extension with -O0 -g3 and debug counters
+	rm -rf build && AIONATIVE_DEBUG=1 $(MAKE) build
+
+test: build ## run the test suite on every available backend, on asyncio and uvloop
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+bench: build ## the benchmark comparison: aionative vs aiofiles vs executor vs sync (table, JSON)
+	$(PY) -m bench
+
+bench-pytest: build ## the pytest-benchmark suite
+	$(PY) -m pytest bench/ --benchmark-only -p no:randomly
+
+lint: $(STAMP) ## ruff
+	$(PY) -m ruff check aionative tests bench
+
+typecheck: $(STAMP) ## mypy --strict on the package
+	$(PY) -m mypy
+
+clean: ## remove build products (keeps .venv)
+	rm -rf build aionative/*.so *.egg-info .pytest_cache .mypy_cache

@@ -1,0 +1,113 @@
+"""Shared fixtures: every I/O test runs on each available backend and on both loops.
+
+* Loops: the ``pytest_asyncio_loop_factories`` hook makes pytest-asyncio run each async test on
+  the default asyncio loop and on uvloop.
+* Backends: tests that do I/O take the ``backend`` fixture (io_uring, linux_aio, threads);
+  a backend this machine lacks is skipped, not failed.
+* After every test, the engine's process-wide counters must be back where they started: no
+  live operation, no pinned buffer, nothing left with the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+import aionative
+from aionative import _backend
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is a test dependency
+    uvloop = None
+
+BACKENDS = ("io_uring", "linux_aio", "threads")
+NATIVE = ("io_uring", "linux_aio")
+
+
+LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop}
+if uvloop is not None:
+    LOOP_FACTORIES["uvloop"] = uvloop.new_event_loop
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
+                                  ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    return LOOP_FACTORIES
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test with engines of this backend."""
+    name: str = request.param
+    probe = _backend.probe(name)  # type: ignore[arg-type]
+    if not probe.available:
+        pytest.skip(f"{name} unavailable here: {probe.reason}")
+    aionative.set_default_backend(name)
+    try:
+        yield name
+    finally:
+        aionative.set_default_backend(None)
+
+
+@pytest.fixture(params=NATIVE)
+def native_backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Only the kernel backends (for tests of kernel-specific behaviour)."""
+    name: str = request.param
+    probe = _backend.probe(name)  # type: ignore[arg-type]
+    if not probe.available:
+        pytest.skip(f"{name} unavailable here: {probe.reason}")
+    aionative.set_default_backend(name)
+    try:
+        yield name
+    finally:
+        aionative.set_default_backend(None)
+
+
+def _counters() -> dict[str, int]:
+    if _backend._core is None:
+        return {}
+    c = _backend._core.debug_counters()
+    return {k: c[k] for k in ("live_ops", "pinned_buffers", "in_kernel")}
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_operations() -> Iterator[None]:
+    """Every operation a test started has been reaped and released when it ends."""
+    yield
+    gc.collect()
+    assert _counters() == {k: 0 for k in _counters()}, _counters()
+    if _backend._core is not None:
+        _backend._core.clear_faults()
+
+
+@pytest.fixture
+def data_file(tmp_path: Path) -> tuple[Path, bytes]:
+    """A 1 MiB + 123 bytes file of random data (not a multiple of the page size)."""
+    data = os.urandom((1 << 20) + 123)
+    path = tmp_path / "data.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+@pytest.fixture
+def fd_of() -> Iterator[Callable[..., int]]:
+    """Open a file with os.open and close it when the test ends."""
+    fds: list[int] = []
+
+    def _open(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+        fd = os.open(path, flags | os.O_CLOEXEC, mode)
+        fds.append(fd)
+        return fd
+
+    yield _open
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
