@@ -10,6 +10,7 @@ import atexit
 import os
 import threading
 import weakref
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from . import _backend
@@ -36,20 +37,90 @@ class EngineLike(Protocol):
     def info(self) -> dict[str, Any]: ...
 
 
+class _Closed:
+    """Stands for a native engine that was collected with its closed loop."""
+
+    backend = None
+    closed = True
+    forked = False
+    in_flight = 0
+
+    def fileno(self) -> int:
+        return -1
+
+    def close(self) -> None:
+        pass
+
+
+_CLOSED = _Closed()
+
+
 class _Entry:
-    __slots__ = ("loop_ref", "engine", "rejected", "thread")
+    __slots__ = ("loop_ref", "_engine", "_engine_ref", "rejected", "thread", "watch",
+                 "finalizer")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, engine: EngineLike,
                  rejected: dict[str, str]) -> None:
         self.loop_ref = weakref.ref(loop)
-        self.engine = engine
+        # A native engine is kept alive by the loop's reader on its eventfd, and so lives
+        # exactly as long as the loop is open: when the loop closes with operations in
+        # flight, the engine is freed at once, and freeing drains the kernel first. Holding it
+        # strongly here would keep its futures, and through them the closed loop, alive.
+        # The threads engine has no reader: the registry owns it.
+        self._engine: EngineLike | None = engine if isinstance(engine, ThreadsEngine) else None
+        self._engine_ref = weakref.ref(engine)
         self.rejected = rejected
         self.thread = threading.get_ident()
+        self.watch: AsyncGenerator[None, None] | None = None
+        self.finalizer: weakref.finalize[Any, Any] | None = None
+
+    @property
+    def engine(self) -> EngineLike:
+        eng = self._engine_ref()
+        return _CLOSED if eng is None else eng  # type: ignore[return-value]
+
+
+async def _watch_loop(entry: _Entry) -> AsyncGenerator[None, None]:
+    """Started once per engine, so the running loop tracks it as an async generator:
+    ``loop.shutdown_asyncgens()`` (which ``asyncio.run`` calls before closing the loop, on
+    asyncio and uvloop alike) closes it, and the engine is drained and closed while the loop
+    can still resolve its futures. Loops closed without that are swept later."""
+    try:
+        yield
+    finally:
+        _forget(entry)
+        _retire(entry, entry.loop_ref())
+
+
+def _start_watch(entry: _Entry) -> None:
+    agen = _watch_loop(entry)
+    entry.watch = agen  # the loop only keeps a weak reference
+    try:
+        agen.asend(None).send(None)
+    except StopIteration:
+        pass
+
+
+def _forget(entry: _Entry) -> None:
+    loop = entry.loop_ref()
+    with _lock:
+        for key, e in list(_entries.items()):
+            if e is entry:
+                del _entries[key]
+    if _tls.__dict__.get("entry") is entry:
+        _tls.__dict__.clear()
+    # The generator refers to the loop (its finalizer hook) and the finalizer to the entry:
+    # drop both so nothing keeps the finished loop alive.
+    entry.watch = None
+    if entry.finalizer is not None:
+        entry.finalizer.detach()
+        entry.finalizer = None
+    del loop
 
 
 _entries: dict[int, _Entry] = {}      # id(loop) -> entry; guarded by _lock
 _lock = threading.Lock()
-_tls = threading.local()              # .loop / .entry: this thread's last lookup
+_tls = threading.local()              # .loop (weakref) / .entry: this thread's last lookup
 
 
 def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
@@ -115,9 +186,10 @@ def get_engine(backend: str | None = None) -> EngineLike:
     """
     loop = asyncio.get_running_loop()
     tls = _tls.__dict__
-    if tls.get("loop") is loop:
+    ref = tls.get("loop")
+    if ref is not None and ref() is loop:
         entry: _Entry = tls["entry"]
-        if backend is None or entry.engine.backend == backend:
+        if not entry.engine.closed and (backend is None or entry.engine.backend == backend):
             return entry.engine
     return _lookup(loop, backend).engine
 
@@ -127,6 +199,13 @@ def _lookup(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
     entry = _entries.get(key)
     if entry is not None and entry.loop_ref() is not loop:
         entry = None  # id reused by a new loop
+    if entry is not None and entry.thread != threading.get_ident():
+        # The loop now runs on another thread; a single-issuer ring stays with its creator.
+        if entry.engine.in_flight:
+            raise RuntimeError("aionative: this loop moved to another thread while its engine "
+                               "still has operations in flight")
+        _retire(entry, loop)
+        entry = None
     if entry is not None and backend is not None and entry.engine.backend != backend:
         raise RuntimeError(
             f"this loop's engine already uses {entry.engine.backend!r}; "
@@ -136,8 +215,9 @@ def _lookup(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
         entry = _create(loop, backend)
         with _lock:
             _entries[key] = entry
-        weakref.finalize(loop, _on_loop_collected, key, entry)
-    _tls.loop = loop
+        entry.finalizer = weakref.finalize(loop, _on_loop_collected, key, entry)
+        _start_watch(entry)
+    _tls.loop = weakref.ref(loop)  # never keeps a finished loop (and its engine) alive
     _tls.entry = entry
     return entry
 
@@ -156,7 +236,8 @@ def close_engine() -> None:
     loop = asyncio.get_running_loop()
     with _lock:
         entry = _entries.pop(id(loop), None)
-    if _tls.__dict__.get("loop") is loop:
+    ref = _tls.__dict__.get("loop")
+    if ref is not None and ref() is loop:
         _tls.__dict__.clear()
     if entry is not None:
         _retire(entry, loop)

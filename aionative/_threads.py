@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import weakref
 from operator import index
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -70,7 +71,7 @@ class ThreadsEngine:
     backend = "threads"
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_workers: int | None = None) -> None:
-        self._loop = loop
+        self._loop_ref = weakref.ref(loop)  # the registry must not keep a finished loop alive
         self._pid = os.getpid()
         self._executor = ThreadPoolExecutor(max_workers or min(32, (os.cpu_count() or 1) + 4),
                                             thread_name_prefix="aionative-io")
@@ -91,17 +92,18 @@ class ThreadsEngine:
         return self._live
 
     @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        return self._loop_ref()
 
     def _done(self, _: object) -> None:
         self._live -= 1
         self._stats["completed"] += 1
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        if self._closed:
+        loop = self._loop_ref()
+        if self._closed or loop is None:
             raise RuntimeError("aionative: engine is closed")
-        fut = self._loop.run_in_executor(self._executor, fn, *args)
+        fut = loop.run_in_executor(self._executor, fn, *args)
         self._live += 1
         self._stats["submitted"] += 1
         fut.add_done_callback(self._done)

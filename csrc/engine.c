@@ -16,7 +16,7 @@ unsigned long engine_fork_generation;
 PyObject *g_future_type;
 PyObject *g_str_loop;
 static PyObject *g_kw_loop;           /* ("loop",) */
-static PyObject *g_str_done, *g_str_set_result, *g_str_set_exception, *g_str_call_soon,
+static PyObject *g_str_flush, *g_str_done, *g_str_set_result, *g_str_set_exception, *g_str_call_soon,
     *g_str_is_closed, *g_str_characters_written;
 static engine_t *g_engines;           /* list of live engines (for fork and counters) */
 gcounters_t g_count;
@@ -87,7 +87,12 @@ static int engine_schedule_flush(engine_t *e)
         PyErr_SetString(PyExc_RuntimeError, "aionative: the engine's event loop is gone");
         return -1;
     }
-    PyObject *h = PyObject_CallMethodOneArg(loop, g_str_call_soon, e->flush_cb);
+    /* A fresh bound method per batch: holding one would make the engine its own cycle. */
+    PyObject *cb = PyObject_GetAttr((PyObject *)e, g_str_flush);
+    if (!cb)
+        return -1;
+    PyObject *h = PyObject_CallMethodOneArg(loop, g_str_call_soon, cb);
+    Py_DECREF(cb);
     if (!h)
         return -1;
     Py_DECREF(h);
@@ -194,8 +199,14 @@ static void engine_pump(engine_t *e)
     for (int round = 0; round < 64; round++) {
         engine_fill(e);
         int rc = e->ops->submit(e);
-        if (rc == -EAGAIN || rc == -EBUSY) {
-            /* The kernel is short of resources: completions will make room; try again on
+        if (rc < 0 && rc != -EAGAIN && rc != -EBUSY) {
+            /* The ring itself refuses work (e.g. EEXIST: wrong thread): fail those operations
+             * rather than leave their futures pending forever. */
+            e->ops->unprep(e, -rc);
+            return;
+        }
+        if (rc < 0 || e->ops->unaccepted(e)) {
+            /* Short of resources, or accepted in part: completions make room; try again on
              * the next iteration in any case so nothing waits on a wake-up that never comes. */
             if (engine_schedule_flush(e) < 0)
                 PyErr_WriteUnraisable((PyObject *)e);
@@ -297,6 +308,11 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
         e->pinned--;
     free(op->bounce);  /* posix_memalign()ed */
     op->bounce = NULL;
+    if (op->direct_fd >= 0) {
+        close(op->direct_fd);
+        op->direct_fd = -1;
+        g_count.direct_fds--;
+    }
     slot_free(e, idx);
     if (view.obj)
         PyBuffer_Release(&view);
@@ -358,6 +374,13 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
     op_finish(e, idx, 0);
 }
 
+void engine_fail_unaccepted(engine_t *e, uint32_t idx, int err)
+{
+    e->in_kernel--;
+    engine_slot(e, idx)->state = OPS_WAITING;
+    op_finish(e, idx, err);
+}
+
 /* ---------------------------------------------------------------- starting operations */
 
 static int engine_usable(engine_t *e)
@@ -368,8 +391,13 @@ static int engine_usable(engine_t *e)
                         "use a new event loop in the child");
         return 0;
     }
-    if (e->closed) {
+    if (e->closed || e->close_pending) {
         PyErr_SetString(PyExc_RuntimeError, "aionative: engine is closed");
+        return 0;
+    }
+    if (e->owner_thread != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "aionative: an engine is used only from its event loop's thread");
         return 0;
     }
     return 1;
@@ -383,7 +411,8 @@ static PyObject *engine_start(engine_t *e, uint32_t idx)
     if (op->bytes || op->view.obj)
         e->pinned++;
     PyObject *fut = engine_new_future(e);
-    if (!fut || engine_schedule_flush(e) < 0) {
+    /* Creating the future and scheduling the flush run Python code, which may close us. */
+    if (!fut || engine_schedule_flush(e) < 0 || !engine_usable(e)) {
         Py_XDECREF(fut);
         op_finish(e, idx, 0);
         return NULL;
@@ -433,7 +462,7 @@ static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     int fd;
     int64_t off;
-    if (check_nargs("pread", n, 3) < 0 || !engine_usable(e) || parse_fd(args[0], &fd) < 0)
+    if (check_nargs("pread", n, 3) < 0 || parse_fd(args[0], &fd) < 0)
         return NULL;
     PyObject *size_obj = PyNumber_Index(args[1]);
     if (!size_obj)
@@ -448,6 +477,9 @@ static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
         errno = EINVAL;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    /* Checked after the conversions: __index__ is Python code. */
+    if (!engine_usable(e))
+        return NULL;
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, size);
     if (!bytes)
         return NULL;
@@ -471,19 +503,21 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
 {
     int fd;
     int64_t off;
-    if (check_nargs(name, n, 3) < 0 || !engine_usable(e) || parse_fd(args[0], &fd) < 0 ||
+    if (check_nargs(name, n, 3) < 0 || parse_fd(args[0], &fd) < 0 ||
         parse_offset(args[2], &off) < 0)
         return NULL;
-    uint32_t idx = slot_alloc(e);
-    if (idx == OP_NONE)
-        return NULL;
-    op_t *op = engine_slot(e, idx);
+    Py_buffer view;
     int flags = kind == OP_READINTO ? PyBUF_WRITABLE : PyBUF_SIMPLE;
-    if (PyObject_GetBuffer(args[1], &op->view, flags) < 0) {
-        op->view.obj = NULL;
-        slot_free(e, idx);
+    if (PyObject_GetBuffer(args[1], &view, flags) < 0)
+        return NULL;
+    /* Checked after the conversions: __index__ and __buffer__ may be Python code. */
+    uint32_t idx = engine_usable(e) ? slot_alloc(e) : OP_NONE;
+    if (idx == OP_NONE) {
+        PyBuffer_Release(&view);
         return NULL;
     }
+    op_t *op = engine_slot(e, idx);
+    op->view = view;
     op->kind = (uint8_t)kind;
     op->fd = fd;
     op->buf = op->view.buf;
@@ -505,7 +539,7 @@ static PyObject *Engine_pwrite(engine_t *e, PyObject *const *args, Py_ssize_t n)
 static PyObject *engine_sync_op(engine_t *e, PyObject *arg, int kind)
 {
     int fd;
-    if (!engine_usable(e) || parse_fd(arg, &fd) < 0)
+    if (parse_fd(arg, &fd) < 0 || !engine_usable(e))
         return NULL;
     uint32_t idx = slot_alloc(e);
     if (idx == OP_NONE)
@@ -567,7 +601,8 @@ static void engine_abandon(engine_t *e, uint32_t idx)
     if (op->state == OPS_WAITING) {
         wait_remove(e, idx);
         op_finish(e, idx, ECANCELED);
-    } else if (op->state == OPS_KERNEL && e->ops->cancel) {
+    } else if (op->state == OPS_KERNEL && !op->cancel_sent) {
+        op->cancel_sent = 1;
         e->ops->cancel(e, idx);
     }
 }
@@ -596,28 +631,59 @@ static void eventfd_clear(engine_t *e)
         ;
 }
 
+static int engine_do_close(engine_t *e);
+
+/* Python code run by completions (finalizers, buffer releases) may ask to close the engine;
+ * that waits until the outermost engine callback has returned. */
+static PyObject *engine_leave(engine_t *e)
+{
+    if (--e->busy == 0 && e->close_pending) {
+        e->close_pending = 0;
+        if (engine_do_close(e) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static int engine_callback_ok(engine_t *e)
+{
+    if (e->fork_gen != engine_fork_generation || e->closed || e->close_pending)
+        return 0;
+    if (e->owner_thread != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "aionative: the engine's loop is running on another thread than the "
+                        "one that created the engine");
+        return -1;
+    }
+    return 1;
+}
+
 static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
 {
-    if (e->fork_gen != engine_fork_generation || e->closed)
-        Py_RETURN_NONE;
+    int ok = engine_callback_ok(e);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
+    e->busy++;
     e->st.wakeups++;
     eventfd_clear(e);
     e->ops->reap(e, 0);
     engine_pump(e);
-    Py_RETURN_NONE;
+    return engine_leave(e);
 }
 
 static PyObject *Engine_flush(engine_t *e, PyObject *unused)
 {
     e->flush_scheduled = 0;
-    if (e->fork_gen != engine_fork_generation || e->closed)
-        Py_RETURN_NONE;
+    int ok = engine_callback_ok(e);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_None);
+    e->busy++;
     engine_pump(e);
     /* Cached buffered reads complete inside the submitting call: reap them now rather than
      * after an eventfd round trip through the loop's selector. */
     e->ops->reap(e, 0);
     engine_pump(e);
-    Py_RETURN_NONE;
+    return engine_leave(e);
 }
 
 /* ---------------------------------------------------------------- life cycle */
@@ -659,6 +725,7 @@ static void engine_close_fds(engine_t *e)
  * read might otherwise wait forever); writes and syncs run to completion. */
 static int engine_drain(engine_t *e)
 {
+    int refusals = 0;
     while (e->in_kernel > 0 || e->waiting > 0) {
         engine_fill(e);
         for (uint32_t b = 0; b < e->nblocks; b++)
@@ -672,8 +739,13 @@ static int engine_drain(engine_t *e)
             }
         int rc = e->ops->submit(e);
         if (rc < 0 && rc != -EAGAIN && rc != -EBUSY)
-            return rc;
-        if (e->in_kernel > 0 && (rc = e->ops->reap(e, 1)) < 0)
+            e->ops->unprep(e, -rc);
+        else if (rc < 0 && ++refusals > 1000)  /* ~1 s of the kernel refusing work */
+            e->ops->unprep(e, -rc);
+        else if (rc < 0)
+            usleep(1000);
+        /* Wait only for pieces the kernel accepted: the rest would never complete. */
+        if (e->in_kernel > e->ops->unaccepted(e) && (rc = e->ops->reap(e, 1)) < 0)
             return rc;
     }
     return 0;
@@ -683,6 +755,10 @@ static int engine_do_close(engine_t *e)
 {
     if (e->closed)
         return 0;
+    if (e->busy) {
+        e->close_pending = 1;
+        return 0;
+    }
     PyObject *loop = engine_loop(e);
     if (!loop) {
         e->drop_results = 1;
@@ -695,10 +771,10 @@ static int engine_do_close(engine_t *e)
         Py_XDECREF(c);
     }
     if (e->fork_gen == engine_fork_generation) {
-        if (e->in_kernel && e->owner_thread != PyThread_get_thread_ident() &&
-            (e->ops == &uring_ops)) {
-            /* A single-issuer ring can only be waited on from its own thread. Keep the pinned
-             * memory forever rather than free what the kernel may still write. */
+        if (e->live && e->owner_thread != PyThread_get_thread_ident()) {
+            /* A single-issuer ring can only be waited on from its own thread, and futures are
+             * resolved only there. The caller keeps the engine (and the memory the kernel may
+             * still write) alive rather than free it. */
             PyErr_SetString(PyExc_RuntimeError,
                             "aionative: an engine with operations in flight must be closed "
                             "from its event loop's thread");
@@ -742,24 +818,30 @@ static void Engine_dealloc(engine_t *e)
     for (uint32_t b = 0; b < e->nblocks; b++)
         PyMem_Free(e->blocks[b]);
     PyMem_Free(e->blocks);
+    if (e->weakrefs)
+        PyObject_ClearWeakRefs((PyObject *)e);
     Py_CLEAR(e->loop_ref);
-    Py_CLEAR(e->flush_cb);
     if (e->ops)
         g_count.engines--;
     Py_TYPE(e)->tp_free((PyObject *)e);
 }
 
+/* Futures are visited so a cycle engine -> future -> task -> coroutine -> engine (tasks
+ * suspended on a closed loop) can be collected; freeing then drains the kernel first. The
+ * caller's buffers are never visited: the collector must not clear what the kernel writes. */
 static int Engine_traverse(engine_t *e, visitproc visit, void *arg)
 {
-    Py_VISIT(e->flush_cb);
     Py_VISIT(e->loop_ref);
+    for (uint32_t b = 0; b < e->nblocks; b++)
+        for (uint32_t i = 0; i < OP_BLOCK; i++)
+            if (e->blocks[b][i].state != OPS_FREE)
+                Py_VISIT(e->blocks[b][i].future);
     return 0;
 }
 
 static int Engine_clear(engine_t *e)
 {
     /* Futures and buffers stay with their slots until the kernel lets go of them. */
-    Py_CLEAR(e->flush_cb);
     return 0;
 }
 
@@ -784,9 +866,6 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     e->loop_ref = PyWeakref_NewRef(loop, NULL);
     if (!e->loop_ref)
         goto fail;
-    e->flush_cb = PyObject_GetAttrString((PyObject *)e, "_flush");
-    if (!e->flush_cb)
-        goto fail;
     e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (e->efd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -801,7 +880,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     } else if (strcmp(backend, "linux_aio") == 0) {
         rc = kaio_create(e, entries ? entries : 128, why, sizeof why);
     } else {
-        PyErr_Format(PyExc_ValueError, "unknown native backend %R", PyTuple_GET_ITEM(args, 0));
+        PyErr_Format(PyExc_ValueError, "unknown native backend '%s'", backend);
         goto fail;
     }
     if (rc < 0) {
@@ -943,6 +1022,7 @@ PyTypeObject Engine_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "aionative._core.Engine",
     .tp_basicsize = sizeof(engine_t),
+    .tp_weaklistoffset = offsetof(engine_t, weakrefs),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "One event loop's native I/O engine (io_uring or Linux AIO).",
     .tp_new = Engine_new,
@@ -966,7 +1046,7 @@ static void atfork_child(void)
 PyObject *engine_forget_inherited(PyObject *m, PyObject *unused)
 {
     for (engine_t *e = g_engines; e; e = e->gnext) {
-        if (e->fork_gen == engine_fork_generation || e->closed)
+        if (e->fork_gen == engine_fork_generation || e->closed == 1)
             continue;
         e->closed = 1;
         engine_release_all(e);
@@ -1004,6 +1084,7 @@ int engine_module_init(PyObject *m)
 #define INTERN(var, s) if (!((var) = PyUnicode_InternFromString(s))) return -1
     INTERN(g_str_loop, "loop");
     INTERN(g_str_done, "done");
+    INTERN(g_str_flush, "_flush");
     INTERN(g_str_set_result, "set_result");
     INTERN(g_str_set_exception, "set_exception");
     INTERN(g_str_call_soon, "call_soon");

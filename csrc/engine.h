@@ -58,7 +58,8 @@ typedef struct op {
     uint64_t done;          /* bytes transferred so far */
     int64_t off;            /* file offset of buf[0] */
     uint32_t cur;           /* length of the piece now with the kernel */
-    int direct_fd;          /* kaio: borrowed from the engine's O_DIRECT cache while direct */
+    int direct_fd;          /* kaio: owned dup of the cached O_DIRECT descriptor while direct
+                             * (a cache eviction never closes a number a pending iocb names) */
     void *bounce;           /* kaio: owned aligned buffer of an O_DIRECT re-issue, until reaped */
     uint64_t bounce_off;    /* kaio: file offset of bounce[0] */
     uint32_t bounce_len;
@@ -91,6 +92,10 @@ typedef struct backend_ops {
     int (*submit)(struct engine *e);
     /* Reap every available completion through engine_complete(); `wait` blocks for one. */
     int (*reap)(struct engine *e, int wait);
+    /* Prepared pieces the kernel has not accepted yet. */
+    unsigned (*unaccepted)(struct engine *e);
+    /* Take back every unaccepted piece, finishing its operation with `err`. */
+    void (*unprep)(struct engine *e, int err);
     /* Ask the kernel to cancel an operation; best effort. */
     void (*cancel)(struct engine *e, uint32_t idx);
     /* Free kernel objects. Called with nothing in flight, or from a forked child. */
@@ -144,10 +149,13 @@ typedef struct engine {
     int efd;                  /* eventfd the kernel signals on completion */
     int closed;               /* 0 open, 2 draining, 1 closed */
     int drop_results;         /* the loop is gone or closed: futures cannot be resolved */
+    int busy;                 /* depth of engine callbacks on the stack (reap / flush) */
+    int close_pending;        /* close() asked for while busy: done when the outermost returns */
     unsigned long fork_gen;   /* engine_fork_generation at creation: a child never touches it */
     unsigned long owner_thread;
     PyObject *loop_ref;       /* owned weakref to the event loop (no cycle through the loop) */
-    PyObject *flush_cb;       /* owned bound method self._flush (cycle: GC-tracked) */
+    PyObject *weakrefs;       /* the registry holds engines weakly: the loop's reader keeps
+                               * an engine alive exactly as long as the loop is open */
     int flush_scheduled;
     unsigned capacity;        /* most operations with the kernel at once */
     /* slot table */
@@ -181,6 +189,8 @@ static inline op_t *engine_slot(engine_t *e, uint32_t idx)
 void engine_complete(engine_t *e, uint32_t idx, int64_t res);
 /* Requeue a slot whose piece must be submitted again (called from backends). */
 void engine_resubmit(engine_t *e, uint32_t idx);
+/* A piece the kernel never accepted ends its operation with `err` (no retry). */
+void engine_fail_unaccepted(engine_t *e, uint32_t idx, int err);
 PyObject *engine_forget_inherited(PyObject *m, PyObject *unused);
 PyObject *engine_counters(PyObject *m, PyObject *unused);
 

@@ -142,14 +142,19 @@ static void dcache_drop(dcache_ent *d)
     d->fd = d->dfd = -1;
 }
 
-/* Our O_DIRECT descriptor for the file behind `fd`, or -1 when there is none to have (not a
- * regular file, or the filesystem / permissions refuse it). Keyed by (fd, dev, inode) so a
- * reused descriptor number never reads another file. */
+/* Our O_DIRECT descriptor for the file behind `fd`; -ESPIPE for a pipe or socket (pread(2)
+ * refuses those), -1 when there is none to have (not a regular file, or the filesystem or
+ * permissions refuse it). Keyed by (fd, dev, inode) so a reused descriptor number never
+ * reads another file. */
 static int dcache_get(engine_t *e, int fd)
 {
     kaio_t *a = &e->b.aio;
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+    if (fstat(fd, &st) < 0)
+        return -1;
+    if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
+        return -ESPIPE;
+    if (!S_ISREG(st.st_mode))
         return -1;
     dcache_ent *slot = NULL;
     for (unsigned i = 0; i < DCACHE_SIZE; i++) {
@@ -175,12 +180,13 @@ static int dcache_get(engine_t *e, int fd)
     return dfd;
 }
 
-/* Turn the op's current piece into an O_DIRECT read of the aligned superset. */
+/* Turn the op's current piece into an O_DIRECT read of the aligned superset. 0, -ESPIPE
+ * (a stream: no positional reads), or -1 (no O_DIRECT to be had). */
 static int direct_setup(engine_t *e, op_t *op)
 {
-    int dfd = dcache_get(e, op->fd);
-    if (dfd < 0)
-        return -1;
+    int cached = dcache_get(e, op->fd);
+    if (cached < 0)
+        return cached;
     uint64_t pos = (uint64_t)op->off + op->done;
     uint64_t cur = op->cur;
     if (cur > KERNEL_RW_MAX - 2 * DIO_ALIGN)
@@ -190,6 +196,14 @@ static int direct_setup(engine_t *e, op_t *op)
     void *bounce = NULL;
     if (end > start && posix_memalign(&bounce, DIO_ALIGN, end - start) != 0)
         return -1;
+    /* The op owns a duplicate until its completion is reaped: evicting the cache entry
+     * meanwhile must not close (and let open() reuse) a number this iocb names. */
+    int dfd = fcntl(cached, F_DUPFD_CLOEXEC, 0);
+    if (dfd < 0) {
+        free(bounce);
+        return -1;
+    }
+    g_count.direct_fds++;
     op->cur = (uint32_t)cur;
     op->direct = 1;
     op->direct_fd = dfd;
@@ -215,7 +229,9 @@ static int64_t direct_finish(op_t *op, int64_t res)
     free(op->bounce);
     op->bounce = NULL;
     op->direct = 0;
+    close(op->direct_fd);
     op->direct_fd = -1;
+    g_count.direct_fds--;
     return res;
 }
 
@@ -300,16 +316,23 @@ static void k_result(engine_t *e, uint32_t idx, int64_t res)
             return;
         }
         res = direct_finish(op, res);
-    } else if (op->nowait && res == -EAGAIN && !op->cancel_sent && !e->drop_results) {
+    } else if (op->nowait && res == -EAGAIN && (op->abandoned || e->drop_results)) {
+        res = -ECANCELED;  /* nobody will read the result: no detour */
+    } else if (op->nowait && res == -EAGAIN) {
         e->st.nowait_eagain++;
-        if (direct_setup(e, op) == 0) {
-            e->st.direct_reissues++;
+        int rc = direct_setup(e, op);
+        if (rc == -ESPIPE) {
+            res = rc;  /* an empty pipe: pread(2) says ESPIPE; never block in io_submit */
         } else {
-            e->st.direct_refused++;
-            op->no_nowait = 1;
+            if (rc == 0) {
+                e->st.direct_reissues++;
+            } else {
+                e->st.direct_refused++;
+                op->no_nowait = 1;
+            }
+            k_reprep(e, op, idx);
+            return;
         }
-        k_reprep(e, op, idx);
-        return;
     } else if (op->nowait && res == -EOPNOTSUPP) {
         e->st.nowait_unsupported++;
         op->no_nowait = 1;
@@ -396,6 +419,22 @@ static int k_reap(engine_t *e, int wait)
     }
 }
 
+static unsigned k_unaccepted(engine_t *e)
+{
+    return e->b.aio.npending;
+}
+
+static void k_unprep(engine_t *e, int err)
+{
+    kaio_t *a = &e->b.aio;
+    while (a->npending) {
+        struct iocb *cb = a->pending[--a->npending];
+        op_t *op = engine_slot(e, (uint32_t)cb->aio_data);
+        iocb_release(a, op);
+        engine_fail_unaccepted(e, (uint32_t)cb->aio_data, err);
+    }
+}
+
 static void k_cancel(engine_t *e, uint32_t idx)
 {
     /* io_cancel is not supported for file I/O: the piece completes on its own, and its
@@ -411,6 +450,8 @@ static void k_destroy(engine_t *e)
     if (a->ctx) {
         if (e->fork_gen == engine_fork_generation)
             ctx_give_back((aio_context_t)a->ctx, a->nr);
+        else
+            g_count.aio_contexts--;  /* the parent's: it lives on in the parent only */
         a->ctx = 0;
     }
     PyMem_Free(a->pending);
@@ -437,6 +478,8 @@ const backend_ops kaio_ops = {
     .prep = k_prep,
     .submit = k_submit,
     .reap = k_reap,
+    .unaccepted = k_unaccepted,
+    .unprep = k_unprep,
     .cancel = k_cancel,
     .destroy = k_destroy,
     .info = k_info,

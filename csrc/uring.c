@@ -24,6 +24,9 @@
 #ifndef IORING_SETUP_DEFER_TASKRUN
 #define IORING_SETUP_DEFER_TASKRUN (1U << 13)
 #endif
+#ifndef IORING_SETUP_TASKRUN_FLAG
+#define IORING_SETUP_TASKRUN_FLAG (1U << 9)
+#endif
 #ifndef IORING_SQ_TASKRUN
 #define IORING_SQ_TASKRUN (1U << 1)
 #endif
@@ -41,7 +44,8 @@
  * IPIs. CQSIZE keeps the completion queue larger than what can be in flight. */
 static const unsigned setup_choices[] = {
     DEFER_FLAGS | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE,
-    IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE,
+    IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SUBMIT_ALL |
+        IORING_SETUP_CQSIZE,
     IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE,
     IORING_SETUP_CQSIZE,
     0,
@@ -293,8 +297,9 @@ static int u_getevents(engine_t *e, unsigned min_complete)
 static unsigned cq_drain(engine_t *e)
 {
     uring_t *r = &e->b.ring;
-    unsigned head = *r->cq_head, n = 0;
+    unsigned n = 0;
     for (;;) {
+        unsigned head = *r->cq_head;  /* re-read: a handler may have reaped meanwhile */
         unsigned tail = __atomic_load_n(r->cq_tail, __ATOMIC_ACQUIRE);
         if (head == tail)
             break;
@@ -336,6 +341,26 @@ static int u_reap(engine_t *e, int wait)
     return 0;
 }
 
+static unsigned u_unaccepted(engine_t *e)
+{
+    uring_t *r = &e->b.ring;
+    return r->sq_local_tail - __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
+}
+
+static void u_unprep(engine_t *e, int err)
+{
+    uring_t *r = &e->b.ring;
+    unsigned head = __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
+    unsigned tail = r->sq_local_tail;
+    r->sq_local_tail = head;
+    __atomic_store_n(r->sq_tail, head, __ATOMIC_RELEASE);
+    for (unsigned i = head; i != tail; i++) {
+        struct io_uring_sqe *sqe = &((struct io_uring_sqe *)r->sqes)[r->sq_array[i & *r->sq_mask]];
+        if (sqe->user_data != CANCEL_UD)
+            engine_fail_unaccepted(e, (uint32_t)sqe->user_data, err);
+    }
+}
+
 static void u_cancel(engine_t *e, uint32_t idx)
 {
     uring_t *r = &e->b.ring;
@@ -370,6 +395,7 @@ static int u_info(engine_t *e, PyObject *d)
         {IORING_SETUP_SINGLE_ISSUER, "SINGLE_ISSUER"},
         {IORING_SETUP_DEFER_TASKRUN, "DEFER_TASKRUN"},
         {IORING_SETUP_COOP_TASKRUN, "COOP_TASKRUN"},
+        {IORING_SETUP_TASKRUN_FLAG, "TASKRUN_FLAG"},
         {IORING_SETUP_SUBMIT_ALL, "SUBMIT_ALL"},
         {IORING_SETUP_CQSIZE, "CQSIZE"},
     };
@@ -405,6 +431,8 @@ const backend_ops uring_ops = {
     .prep = u_prep,
     .submit = u_submit,
     .reap = u_reap,
+    .unaccepted = u_unaccepted,
+    .unprep = u_unprep,
     .cancel = u_cancel,
     .destroy = u_destroy,
     .info = u_info,

@@ -73,12 +73,14 @@ def _counters() -> dict[str, int]:
     if _backend._core is None:
         return {}
     c = _backend._core.debug_counters()
-    return {k: c[k] for k in ("live_ops", "pinned_buffers", "in_kernel")}
+    return {k: c[k] for k in ("live_ops", "pinned_buffers", "in_kernel", "engines", "rings",
+                              "eventfds", "direct_fds")}
 
 
 @pytest.fixture(autouse=True)
 def _no_leaked_operations() -> Iterator[None]:
-    """Every operation a test started has been reaped and released when it ends."""
+    """When a test ends, every operation it started has been reaped and released, and every
+    engine (ring, eventfd, O_DIRECT descriptor) it created is closed."""
     yield
     gc.collect()
     assert _counters() == {k: 0 for k in _counters()}, _counters()

@@ -1,0 +1,120 @@
+"""Kernel-backend specifics: no user-space threads, the Linux AIO NOWAIT -> O_DIRECT path."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import threading
+from pathlib import Path
+
+import pytest
+
+import aionative
+
+pytestmark = pytest.mark.asyncio
+
+
+def _tasks() -> dict[int, str]:
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                out[int(tid)] = f.read().strip()
+        except FileNotFoundError:  # exited meanwhile
+            pass
+    return out
+
+
+async def test_no_user_thread_during_10k_reads_and_writes(
+        native_backend: str, tmp_path: Path, record_property: pytest.RecordProperty) -> None:
+    src = tmp_path / "src"
+    data = os.urandom(4 << 20)
+    src.write_bytes(data)
+    rfd = os.open(src, os.O_RDONLY)
+    wfd = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT)
+    threads_before = {t.ident for t in threading.enumerate()}
+    tasks_before = _tasks()
+    seen: dict[int, str] = {}
+    rng = random.Random(4)
+    try:
+        for _ in range(20):  # 20 rounds x (500 reads + 500 writes) = 10k + 10k
+            offs = [rng.randrange(0, len(data) - 4096) for _ in range(500)]
+            reads = [aionative.pread(rfd, 4096, o) for o in offs]
+            writes = [aionative.pwrite(wfd, data[o:o + 4096], o) for o in offs]
+            got = await asyncio.gather(*reads, *writes)
+            assert all(g == data[o:o + 4096] for g, o in zip(got[:500], offs))
+            seen.update(_tasks())
+            assert {t.ident for t in threading.enumerate()} == threads_before
+    finally:
+        os.close(rfd)
+        os.close(wfd)
+    new = {tid: name for tid, name in seen.items() if tid not in tasks_before}
+    kernel_workers = {tid: n for tid, n in new.items() if n.startswith(("iou-wrk", "iou-sqp"))}
+    user = {tid: n for tid, n in new.items() if tid not in kernel_workers}
+    record_property("kernel_io_workers", len(kernel_workers))
+    print(f"{native_backend}: kernel io_uring workers seen: {len(kernel_workers)} "
+          f"{sorted(set(kernel_workers.values()))}")
+    assert user == {}, f"user-space threads appeared: {user}"
+
+
+async def test_linux_aio_cold_reads_take_the_nowait_reissue_path(
+        tmp_path: Path, fd_of: object) -> None:
+    if not aionative._backend.probe("linux_aio").available:
+        pytest.skip("linux_aio unavailable")
+    aionative.set_default_backend("linux_aio")
+    try:
+        path = tmp_path / "cold"
+        data = os.urandom(16 << 20)
+        path.write_bytes(data)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # clean pages can be evicted
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            before = aionative.engine_stats()
+            rng = random.Random(5)
+            cases = [(rng.randrange(len(data)), rng.randrange(1, 300000)) for _ in range(200)]
+            cases += [(len(data) - 10, 100), (0, len(data)), (12345, 1)]
+            got = await asyncio.gather(*[aionative.pread(fd, n, o) for o, n in cases])
+            for (o, n), g in zip(cases, got):
+                assert g == data[o:o + n], (o, n)
+            buf = bytearray(70000)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            assert await aionative.preadinto(fd, buf, 4097) == 70000 and buf == data[4097:74097]
+            after = aionative.engine_stats()
+        finally:
+            os.close(fd)
+    finally:
+        aionative.set_default_backend(None)
+    assert after["nowait_eagain"] > before["nowait_eagain"], after
+    assert after["direct_reissues"] > before["direct_reissues"], after
+    assert after["direct_refused"] == before["direct_refused"], after
+
+
+async def test_linux_aio_direct_refused_stays_correct(tmp_path: Path) -> None:
+    """Where the O_DIRECT descriptor cannot be had, the read is done plainly and counted."""
+    if not aionative._backend.probe("linux_aio").available:
+        pytest.skip("linux_aio unavailable")
+    import errno
+
+    from aionative import _core
+    aionative.set_default_backend("linux_aio")
+    try:
+        path = tmp_path / "cold2"
+        data = os.urandom(4 << 20)
+        path.write_bytes(data)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            aionative.get_engine()
+            _core.set_fault("direct_open", errno.EINVAL, -1)
+            got = await aionative.pread(fd, 1 << 20, 333)
+            stats = aionative.engine_stats()
+        finally:
+            _core.clear_faults()
+            os.close(fd)
+    finally:
+        aionative.set_default_backend(None)
+    assert got == data[333:333 + (1 << 20)]
+    assert stats["nowait_eagain"] >= 1 and stats["direct_refused"] >= 1, stats

@@ -1,0 +1,172 @@
+"""Engine life cycle: many loops, forked children, threads with their own loops, loops closed
+while the kernel still holds operations."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import aionative
+from aionative import _core
+
+from .conftest import LOOP_FACTORIES
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+@pytest.fixture(params=sorted(LOOP_FACTORIES))
+def loop_factory(request: pytest.FixtureRequest) -> LoopFactory:
+    return LOOP_FACTORIES[request.param]
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _aio_nr() -> int:
+    with open("/proc/sys/fs/aio-nr") as f:
+        return int(f.read())
+
+
+def _run(loop_factory: LoopFactory, coro: object) -> object:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(coro)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("backend")
+def test_1000_asyncio_runs_leave_fds_and_aio_nr_flat(
+        data_file: tuple[Path, bytes], loop_factory: LoopFactory) -> None:
+    path, data = data_file
+    fd = os.open(path, os.O_RDONLY)
+
+    async def io() -> bytes:
+        return await aionative.pread(fd, 4096, 8192)
+
+    try:
+        for _ in range(5):  # warm-up: imports, the AIO context pool
+            assert _run(loop_factory, io()) == data[8192:12288]
+        gc.collect()
+        fds, aio_nr, threads = _open_fds(), _aio_nr(), threading.active_count()
+        for _ in range(1000):
+            assert _run(loop_factory, io()) == data[8192:12288]
+        gc.collect()
+        assert _open_fds() == fds
+        assert _aio_nr() == aio_nr
+        assert threading.active_count() == threads
+        assert _core.debug_counters()["engines"] == 0
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.usefixtures("backend")
+def test_forked_child_does_io_and_parent_keeps_working(
+        data_file: tuple[Path, bytes], loop_factory: LoopFactory) -> None:
+    path, data = data_file
+    fd = os.open(path, os.O_RDONLY)
+    loop = loop_factory()
+    try:
+        async def parent_io(n: int) -> None:
+            results = await asyncio.gather(
+                *[aionative.pread(fd, 4096, i * 4096) for i in range(n)])
+            assert results == [data[i * 4096:(i + 1) * 4096] for i in range(n)]
+
+        async def fork_with_reads_in_flight() -> int:
+            tasks = [asyncio.ensure_future(aionative.pread(fd, 65536, i * 65536))
+                     for i in range(16)]
+            await asyncio.sleep(0)  # submitted: some may still be with the kernel
+            pid = os.fork()
+            if pid == 0:  # child: a new loop in a new thread, never the parent's ring
+                ok = []
+                th = threading.Thread(target=lambda: ok.append(
+                    _run(loop_factory, child_io()) == data[:100000]))
+                th.start()
+                th.join()
+                os._exit(0 if ok == [True] else 1)
+            got = await asyncio.gather(*tasks)
+            assert got == [data[i * 65536:(i + 1) * 65536] for i in range(16)]
+            return pid
+
+        async def child_io() -> bytes:
+            return await aionative.pread(fd, 100000, 0)
+
+        loop.run_until_complete(parent_io(64))
+        pid = loop.run_until_complete(fork_with_reads_in_flight())
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        loop.run_until_complete(parent_io(256))  # the parent's engine is untouched
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+        os.close(fd)
+
+
+@pytest.mark.usefixtures("backend")
+def test_four_threads_with_their_own_loops(data_file: tuple[Path, bytes],
+                                           loop_factory: LoopFactory) -> None:
+    path, data = data_file
+    fd = os.open(path, os.O_RDONLY)
+    engines: list[object] = []
+    errors: list[BaseException] = []
+
+    async def work(seed: int) -> None:
+        engines.append(aionative.get_engine())
+        for round_ in range(20):
+            offs = [((seed * 7919 + round_ * 104729 + i * 4099) % (len(data) - 5000))
+                    for i in range(100)]
+            got = await asyncio.gather(*[aionative.pread(fd, 5000, o) for o in offs])
+            assert got == [data[o:o + 5000] for o in offs]
+
+    def thread_main(seed: int) -> None:
+        try:
+            _run(loop_factory, work(seed))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=thread_main, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        os.close(fd)
+    assert not errors, errors
+    assert len({id(e) for e in engines}) == 4
+
+
+@pytest.mark.usefixtures("native_backend")
+def test_loop_closed_with_operations_in_flight_drains_them(
+        tmp_path: Path, loop_factory: LoopFactory) -> None:
+    """Closing a loop whose engine still has reads and writes with the kernel: the engine is
+    drained before anything is freed; the writes that were submitted reach the file."""
+    path = tmp_path / "inflight"
+    data = os.urandom(8 << 20)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDWR)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # cold: reads take a while
+    loop = loop_factory()
+    buf = bytearray(1 << 20)
+    payload = os.urandom(1 << 20)
+    try:
+        reads = [loop.create_task(aionative.pread(fd, 1 << 20, i << 20)) for i in range(6)]
+        into = loop.create_task(aionative.preadinto(fd, buf, 0))
+        write = loop.create_task(aionative.pwrite(fd, payload, 7 << 20))
+        loop.run_until_complete(asyncio.sleep(0))  # one iteration: everything submitted
+        del reads, into, write
+    finally:
+        loop.close()  # no shutdown_asyncgens: the hard way
+    gc.collect()
+    counters = _core.debug_counters()
+    assert counters["live_ops"] == 0 and counters["pinned_buffers"] == 0, counters
+    assert counters["engines"] == 0, counters
+    buf.extend(b"x")  # no longer exported
+    os.lseek(fd, 0, os.SEEK_SET)
+    assert os.pread(fd, 1 << 20, 7 << 20) == payload
+    os.close(fd)
