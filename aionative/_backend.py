@@ -12,14 +12,14 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Final, Literal, cast
+from typing import Final, Literal
 
 BackendName = Literal["io_uring", "linux_aio", "threads"]
 BACKENDS: Final[tuple[BackendName, ...]] = ("io_uring", "linux_aio", "threads")
 ENV_VAR: Final = "AIONATIVE_BACKEND"
 
 try:
-    from . import _core
+    from . import _core as _core
 except ImportError as exc:  # not Linux, or the extension was not built
     _core = None  # type: ignore[assignment]
     _CORE_ERROR: str | None = f"native extension unavailable: {exc}"
@@ -77,7 +77,7 @@ def available_backends() -> list[BackendName]:
 def _validate(name: str, source: str) -> BackendName:
     if name not in BACKENDS:
         raise ValueError(f"{source}: unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
-    return cast(BackendName, name)
+    return name
 
 
 def set_default_backend(name: str | None) -> None:

@@ -1,8 +1,9 @@
 """Type stub of the native engine (csrc/)."""
 
 import asyncio
-from typing_extensions import Buffer
 from typing import Any, Final, Literal
+
+from typing_extensions import Buffer
 
 KERNEL_RW_MAX: Final[int]
 DEBUG: Final[int]

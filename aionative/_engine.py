@@ -20,10 +20,14 @@ from ._threads import ThreadsEngine
 class EngineLike(Protocol):
     """What the rest of the package needs of an engine (native or threads)."""
 
-    backend: Any
-    closed: bool
-    forked: bool
-    in_flight: int
+    @property
+    def backend(self) -> Any: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def forked(self) -> bool: ...
+    @property
+    def in_flight(self) -> int: ...
 
     def pread(self, fd: int, size: int, offset: int, /) -> asyncio.Future[bytes]: ...
     def preadinto(self, fd: int, buffer: Any, offset: int, /) -> asyncio.Future[int]: ...
@@ -56,8 +60,15 @@ _CLOSED = _Closed()
 
 
 class _Entry:
-    __slots__ = ("loop_ref", "_engine", "_engine_ref", "rejected", "thread", "watch",
-                 "finalizer")
+    __slots__ = (
+        "_engine",
+        "_engine_ref",
+        "finalizer",
+        "loop_ref",
+        "rejected",
+        "thread",
+        "watch",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, engine: EngineLike,
                  rejected: dict[str, str]) -> None:
@@ -131,7 +142,7 @@ def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
     else:
         assert _backend._core is not None
         engine = _backend._core.Engine(name, loop)
-        loop.add_reader(engine.fileno(), engine._on_ready)  # type: ignore[attr-defined]
+        loop.add_reader(engine.fileno(), engine._on_ready)
     return _Entry(loop, engine, rejected)
 
 
@@ -148,13 +159,16 @@ def _retire(entry: _Entry, loop: asyncio.AbstractEventLoop | None) -> None:
     eng.close()
 
 
+def _finished(loop: asyncio.AbstractEventLoop | None) -> bool:
+    return loop is None or loop.is_closed()
+
+
 def _sweep(current: asyncio.AbstractEventLoop | None = None) -> None:
     """Close engines whose loop is closed or gone (on this thread: single-issuer rings)."""
     me = threading.get_ident()
     with _lock:
         dead = [(k, e) for k, e in _entries.items()
-                if e.thread == me and (lambda lp: lp is None or lp.is_closed())(e.loop_ref())
-                and e.loop_ref() is not current]
+                if e.thread == me and _finished(e.loop_ref()) and e.loop_ref() is not current]
         for k, _ in dead:
             del _entries[k]
     for _, e in dead:

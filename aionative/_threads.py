@@ -11,9 +11,9 @@ import asyncio
 import errno
 import os
 import weakref
-from operator import index
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from operator import index
 from typing import Any, TypeVar
 
 from ._compat import KERNEL_RW_MAX
@@ -57,8 +57,8 @@ def _pwrite(fd: int, data: memoryview, offset: int) -> int:
         try:
             n = os.pwrite(fd, data[done : done + KERNEL_RW_MAX], offset + done)
         except OSError as exc:
-            if done:
-                exc.characters_written = done
+            if done:  # like BlockingIOError: how much of `data` did reach the file
+                setattr(exc, "characters_written", done)  # noqa: B010 - not typed on OSError
             raise
         done += n
         if done >= len(data) or n == 0:

@@ -3,6 +3,7 @@
     python -m bench                          # W1, quick profile (~1.5 s a cell, < 3 min)
     python -m bench --profile full           # ~5 s a cell, 3 repeats, medians
     python -m bench --systems sync aionative --readers 1,64 --file-size 256M
+    python -m bench --workloads W5           # random 4 KiB pwrite + event-loop lag (opt-in)
 
 Progress goes to stderr (one line per finished cell), the report to stdout, and every cell
 with machine information to ``bench/results/<workload>.json`` (or ``--json PATH``).
@@ -61,8 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workloads", nargs="+", default=["W1"], metavar="W")
     p.add_argument("--systems", nargs="+", metavar="SYSTEM",
                    help="default: every system available here")
-    p.add_argument("--readers", nargs="+", metavar="N", help="concurrency levels, default "
-                   + ",".join(map(str, DEFAULT_READERS)))
+    p.add_argument("--readers", nargs="+", metavar="N", help="concurrency levels (readers or "
+                   "writers), default " + ",".join(map(str, DEFAULT_READERS))
+                   + " unless the workload sets its own (W5: 1,64)")
     p.add_argument("--file-size", type=parse_size, help="data file size, e.g. 1G, 256M")
     p.add_argument("--duration", type=float, help="override the profile's seconds per cell")
     p.add_argument("--warmup", type=float, help="override the profile's warm-up seconds")
@@ -98,7 +100,8 @@ def run_workload(workload: Workload, args: argparse.Namespace, probe: JSONDict) 
     timing = Timing(args.warmup if args.warmup is not None else profile.timing.warmup,
                     args.duration if args.duration is not None else profile.timing.duration)
     repeats = args.repeats or profile.repeats
-    readers = [int(n) for n in _csv(args.readers)] if args.readers else list(DEFAULT_READERS)
+    readers = ([int(n) for n in _csv(args.readers)] if args.readers
+               else list(workload.default_readers or DEFAULT_READERS))
     params = workload.prepare(PrepareConfig(args.data_dir, args.seed, args.file_size, _log))
     defaults, notes = workload.default_systems(probe)
     systems = select_systems(_csv(args.systems) if args.systems else None, defaults)

@@ -81,6 +81,7 @@ class Workload:
     ``prepare`` runs once in the parent (create and warm data) and returns JSON parameters for
     the workers; ``default_systems`` picks systems from the environment probe and returns notes
     on the ones it left out; ``run_cell`` runs in the worker and returns the measured figures.
+    ``default_readers``, if set, replaces the CLI's default concurrency levels.
     """
 
     name: str
@@ -90,6 +91,7 @@ class Workload:
     default_systems: Callable[[JSONDict], tuple[list[str], list[str]]]
     run_cell: Callable[[System, int, JSONDict, Timing], JSONDict]
     concurrency_free: frozenset[str] = field(default_factory=frozenset)
+    default_readers: tuple[int, ...] | None = None
 
 
 def load_workload(name: str) -> Workload:

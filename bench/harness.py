@@ -3,8 +3,9 @@
 A cell is (system, N readers). With several repeats the whole grid is run once per repeat
 (rather than each cell three times in a row), so slow drift of a noisy VM spreads over all
 systems instead of biasing one. A repeated cell reports the median of its throughput, CPU per
-operation and CPU utilisation, and the maximum of its thread and RSS peaks. A system whose
-first cell is skipped (missing package or backend) is not tried again.
+operation, CPU utilisation and loop-lag p50/p99 (where measured), and the maximum of its
+thread, RSS and loop-lag peaks. A system whose first cell is skipped (missing package or
+backend) is not tried again.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from bench.common import REPO_ROOT, JSONDict, Timing, Workload
 
 Log = Callable[[str], None]
 WORKER_SLACK_S = 120.0   # process start, setup and teardown beyond warm-up + duration
-MEDIAN_KEYS = ("ops_per_s", "cpu_us_per_op", "cpu_util")
-MAX_KEYS = ("threads_peak", "iou_workers_peak", "rss_peak_mib")
+MEDIAN_KEYS = ("ops_per_s", "cpu_us_per_op", "cpu_util", "lag_p50_ms", "lag_p99_ms")
+MAX_KEYS = ("threads_peak", "iou_workers_peak", "rss_peak_mib", "lag_max_ms")
 
 
 def worker_env(system: str | None = None) -> dict[str, str]:
@@ -140,8 +141,10 @@ def _progress(workload: Workload, label: str, system: str, n: int, res: JSONDict
     head = f"{label} {system:<30} N={n:<4}"
     if res["status"] == "ok":
         cpu = res["cpu_us_per_op"]
+        lag = (f"  lag p99 {res['lag_p99_ms']:.2f} ms" if res.get("lag_p99_ms") is not None
+               else "")
         return (f"{head} {res['ops_per_s'] / 1e3:8.1f}k {workload.unit}/s"
-                f"  {cpu:7.1f} µs CPU/op  {res['threads_peak']:3d} thr  ({seconds:.1f} s)")
+                f"  {cpu:7.1f} µs CPU/op  {res['threads_peak']:3d} thr{lag}  ({seconds:.1f} s)")
     return f"{head} {res['status'].upper()}: {res.get('reason') or res.get('error')}"
 
 
@@ -172,13 +175,16 @@ def run_grid(workload: Workload, systems: Sequence[str], readers: Sequence[int],
 
 
 def summarize(runs: list[JSONDict]) -> JSONDict:
-    """Median of throughput/CPU, maximum of peaks, over a cell's repeats."""
+    """Median of throughput/CPU/lag percentiles, maximum of peaks, over a cell's repeats.
+
+    Keys no run reports (loop lag in W1) are left out; ones reported as None stay None.
+    """
     summary: dict[str, Any] = {}
-    for key in MEDIAN_KEYS:
-        values = [r[key] for r in runs if r.get(key) is not None]
-        summary[key] = statistics.median(values) if values else None
-    for key in MAX_KEYS:
-        summary[key] = max(r[key] for r in runs)
+    for keys, agg in ((MEDIAN_KEYS, statistics.median), (MAX_KEYS, max)):
+        for key in keys:
+            if any(key in r for r in runs):
+                values = [r[key] for r in runs if r.get(key) is not None]
+                summary[key] = agg(values) if values else None
     return summary
 
 

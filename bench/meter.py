@@ -122,6 +122,13 @@ class Meter:
         self._samples += 1
         self._next_sample = now + SAMPLE_INTERVAL
 
+    @property
+    def window(self) -> tuple[float, float] | None:
+        """``perf_counter()`` bounds of the timed window once it is over, else None."""
+        if self._start is None or self._end is None:
+            return None
+        return self._start.wall, self._end.wall
+
     def result(self) -> JSONDict:
         """The cell's figures; call after every reader has stopped."""
         start, end = self._start, self._end

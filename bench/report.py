@@ -2,12 +2,14 @@
 
 One table per metric, systems as rows and N (concurrent readers) as columns: throughput, the
 throughput ratio to ``sync`` (the single-thread ceiling) and to ``aiofiles-asyncio`` (what
-most asyncio code uses today), CPU microseconds per operation, peak threads and peak RSS.
+most asyncio code uses today), event-loop lag (only for workloads that measure it, e.g. W5),
+CPU microseconds per operation, peak threads and peak RSS.
 Rendering only reads the document, so a saved JSON file can be re-rendered later.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -82,6 +84,43 @@ def _syscalls_per_op(c: Cell, n: int) -> str:
     return f"{calls / ops:.3f}" if runs and ops else DASH
 
 
+def _has_lag(doc: JSONDict) -> bool:
+    return any("lag_p99_ms" in c for c in doc["cells"])
+
+
+def _lag(c: Cell, n: int) -> str:
+    if c.get("lag_p99_ms") is None:
+        return "n/a"
+    return " / ".join(_ms(c[k]) for k in ("lag_p50_ms", "lag_p99_ms", "lag_max_ms"))
+
+
+def _ms(v: float) -> str:
+    return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def _lag_notes(doc: JSONDict) -> list[str]:
+    """How loop lag is measured, and the idle baseline of each event loop."""
+    notes = ["Loop lag: a ticker task in the same event loop repeatedly awaits "
+             "`asyncio.sleep(0.001)`; lag is each measured interval minus 1 ms, over the timed "
+             "window (p50 / p99 / max, ms; max is the largest over repeats). `n/a`: no event "
+             "loop to measure."]
+    idle: dict[str, list[JSONDict]] = {}
+    for c in doc["cells"]:
+        for r in c["runs"]:
+            if r.get("lag_idle"):
+                idle.setdefault(c["system"].rsplit("-", 1)[-1], []).append(r["lag_idle"])
+    for loop, runs in idle.items():
+        p50 = statistics.median(r["p50_ms"] for r in runs)
+        p99 = statistics.median(r["p99_ms"] for r in runs)
+        worst = max(r["max_ms"] for r in runs)
+        notes.append(f"Idle baseline, `{loop}` (ticker alone for {runs[0]['seconds']} s before "
+                     f"each cell's load, {len(runs)} cells): p50 {_ms(p50)} / p99 {_ms(p99)} / "
+                     f"max {_ms(worst)} ms (median, median, max over cells): the loop's timer and "
+                     "wake-up granularity at rest, for reference (a busy loop that never sleeps "
+                     "in epoll can show less).")
+    return notes
+
+
 def _engine_rows(doc: JSONDict) -> list[str]:
     return [c["system"] for c in doc["cells"]
             if "syscalls" in (c["runs"][0].get("engine_stats_delta") or {})]
@@ -107,6 +146,8 @@ def _notes(doc: JSONDict) -> list[str]:
                  "`iou` counts kernel io_uring workers among them.")
     for backend, info in doc["probe"]["aionative"].get("backend_info", {}).items():
         notes.append(f"aionative `{backend}` backend_info: `{_compact(info)}`")
+    if _has_lag(doc):
+        notes += _lag_notes(doc)
     notes += doc["notes"]
     notes += [f"skipped `{s}`: {reason}" for s, reason in doc["skipped"].items()]
     notes += [f"ERROR `{e['system']}` N={e['readers']}: {e['error']}" for e in doc["errors"]]
@@ -131,6 +172,9 @@ def render(doc: JSONDict) -> str:
     for base in RATIO_BASES:
         if base in _measured(doc):
             lines += _table(doc, f"{unit}/s ÷ {base} (same N)", _ratio_to(doc, base))
+    if _has_lag(doc):
+        lines += _table(doc, "Event-loop lag during the load (ms over a 1 ms sleep): "
+                        "p50 / p99 / max", _lag)
     lines += _table(doc, f"CPU µs per {unit.rstrip('s')}", _cpu)
     lines += _table(doc, "Peak threads (of which kernel io_uring workers)", _threads)
     lines += _table(doc, "Peak RSS (MiB)", lambda c, n: f"{c['rss_peak_mib']:.0f}")

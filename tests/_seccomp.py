@@ -186,7 +186,7 @@ def run_python(code: str, deny: Mapping[str, int] | None = None,
     proc = subprocess.run(
         [sys.executable, "-W", "error", "-c", _BOOTSTRAP, __file__, json.dumps(dict(deny or {})),
          code],
-        cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=timeout)
+        check=False, cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode == EXIT_UNAVAILABLE:
         raise SeccompUnavailable(proc.stderr.strip())
     assert proc.returncode == 0, (
