@@ -95,15 +95,17 @@ def _lag(c: Cell, n: int) -> str:
 
 
 def _ms(v: float) -> str:
+    if abs(v) < 0.005:  # a wake-up a few µs early by the loop's clock reads as 0, not -0.00
+        v = 0.0
     return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
 
 def _lag_notes(doc: JSONDict) -> list[str]:
     """How loop lag is measured, and the idle baseline of each event loop."""
-    notes = ["Loop lag: a ticker task in the same event loop repeatedly awaits "
-             "`asyncio.sleep(0.001)`; lag is each measured interval minus 1 ms, over the timed "
-             "window (p50 / p99 / max, ms; max is the largest over repeats). `n/a`: no event "
-             "loop to measure."]
+    notes = [("Loop lag: a ticker task in the same event loop repeatedly awaits "
+              "`asyncio.sleep(0.001)`; lag is each measured interval minus 1 ms, over the timed "
+              "window (p50 / p99 / max, ms; max is the largest over repeats). `n/a`: no event "
+              "loop to measure.")]
     idle: dict[str, list[JSONDict]] = {}
     for c in doc["cells"]:
         for r in c["runs"]:

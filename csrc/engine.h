@@ -117,6 +117,9 @@ typedef struct uring {
     unsigned *cq_head, *cq_tail, *cq_mask;
     void *cqes;
     unsigned sq_local_tail;   /* entries prepared up to here; published at submit */
+    int events_ran;           /* DEFER_TASKRUN: the last enter ran completion work; a reap
+                               * right after need not enter again (later work signals the
+                               * eventfd, since the kernel's work list was left empty) */
     unsigned to_submit;
 } uring_t;
 

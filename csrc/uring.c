@@ -271,6 +271,8 @@ static int u_submit(engine_t *e)
     } while (rc == -EINTR);
     if (rc > 0)
         e->st.batches++;
+    if (rc >= 0 && flags)
+        r->events_ran = 1;
     return rc < 0 ? rc : 0;
 }
 
@@ -319,11 +321,12 @@ static unsigned cq_drain(engine_t *e)
 static int u_reap(engine_t *e, int wait)
 {
     uring_t *r = &e->b.ring;
-    if (r->flags & IORING_SETUP_DEFER_TASKRUN) {
+    if ((r->flags & IORING_SETUP_DEFER_TASKRUN) && !r->events_ran) {
         int rc = u_getevents(e, 0);
         if (rc < 0)
             return rc;
     }
+    r->events_ran = 0;
     unsigned got = cq_drain(e);
     /* Bounded: flags that stay set are retried on the next wake-up or flush. */
     for (int round = 0; round < 8; round++) {
