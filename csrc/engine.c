@@ -681,7 +681,7 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
     engine_pump(e);
     /* Cached buffered reads complete inside the submitting call: reap them now rather than
      * after an eventfd round trip through the loop's selector. */
-    e->ops->reap(e, 0);
+    e->ops->reap(e, REAP_AFTER_SUBMIT);
     engine_pump(e);
     return engine_leave(e);
 }
@@ -745,7 +745,7 @@ static int engine_drain(engine_t *e)
         else if (rc < 0)
             usleep(1000);
         /* Wait only for pieces the kernel accepted: the rest would never complete. */
-        if (e->in_kernel > e->ops->unaccepted(e) && (rc = e->ops->reap(e, 1)) < 0)
+        if (e->in_kernel > e->ops->unaccepted(e) && (rc = e->ops->reap(e, REAP_WAIT)) < 0)
             return rc;
     }
     return 0;

@@ -84,14 +84,18 @@ typedef struct stats {
 
 struct engine;
 
+#define REAP_WAIT 1
+#define REAP_AFTER_SUBMIT 2
+
 typedef struct backend_ops {
     const char *name;
     /* Put `op`'s current piece in the kernel's submission queue. 0, or -EBUSY when full. */
     int (*prep)(struct engine *e, op_t *op, uint32_t idx);
     /* Hand prepared entries to the kernel. Returns 0 or -errno (fatal for the engine). */
     int (*submit)(struct engine *e);
-    /* Reap every available completion through engine_complete(); `wait` blocks for one. */
-    int (*reap)(struct engine *e, int wait);
+    /* Reap every available completion through engine_complete(). Flags: REAP_WAIT blocks for
+     * one; REAP_AFTER_SUBMIT says the backend's submit ran just before (nothing between). */
+    int (*reap)(struct engine *e, int flags);
     /* Prepared pieces the kernel has not accepted yet. */
     unsigned (*unaccepted)(struct engine *e);
     /* Take back every unaccepted piece, finishing its operation with `err`. */
@@ -117,9 +121,10 @@ typedef struct uring {
     unsigned *cq_head, *cq_tail, *cq_mask;
     void *cqes;
     unsigned sq_local_tail;   /* entries prepared up to here; published at submit */
-    int events_ran;           /* DEFER_TASKRUN: the last enter ran completion work; a reap
-                               * right after need not enter again (later work signals the
-                               * eventfd, since the kernel's work list was left empty) */
+    int events_ran;           /* DEFER_TASKRUN: the last submit also ran all completion work,
+                               * so a reap right after it (REAP_AFTER_SUBMIT) need not enter
+                               * again: later work finds the kernel's list empty and signals
+                               * the eventfd. Any other reap enters. */
     unsigned to_submit;
 } uring_t;
 

@@ -385,8 +385,9 @@ static int k_submit(engine_t *e)
     return 0;
 }
 
-static int k_reap(engine_t *e, int wait)
+static int k_reap(engine_t *e, int flags)
 {
+    int wait = flags & REAP_WAIT;
     kaio_t *a = &e->b.aio;
     struct io_event *ev = a->events;
     for (;;) {

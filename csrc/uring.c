@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <linux/io_uring.h>
 #include <stdio.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -66,6 +67,29 @@ static int sys_enter(int fd, unsigned submit, unsigned min_complete, unsigned fl
     if (f)
         return f;
     int rc = (int)syscall(__NR_io_uring_enter, fd, submit, min_complete, flags, NULL, 0);
+    return rc < 0 ? -errno : rc;
+}
+
+/* DEFER_TASKRUN rings: run *all* pending completion work without blocking. With a plain
+ * GETEVENTS the kernel runs at most max(20, min_complete) deferred items and keeps the rest
+ * on a retry list that does not signal the eventfd again: the loop would sleep with
+ * completions pending. So ask for the whole CQ with a zero timeout; -ETIME just means
+ * "nothing more to wait for". (EXT_ARG is 5.11, DEFER_TASKRUN 6.1.) */
+static int sys_enter_drain(int fd, unsigned submit, unsigned cq_entries)
+{
+    int f = fault_hit(FP_URING_ENTER);
+    if (f)
+        return f;
+    struct __kernel_timespec zero = {0, 0};
+    struct io_uring_getevents_arg arg = {
+        .sigmask = 0,
+        .sigmask_sz = _NSIG / 8,
+        .ts = (uint64_t)(uintptr_t)&zero,
+    };
+    int rc = (int)syscall(__NR_io_uring_enter, fd, submit, cq_entries,
+                          IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof arg);
+    if (rc < 0 && errno == ETIME)
+        return 0;
     return rc < 0 ? -errno : rc;
 }
 
@@ -258,20 +282,21 @@ static int u_prep(engine_t *e, op_t *op, uint32_t idx)
 static int u_submit(engine_t *e)
 {
     uring_t *r = &e->b.ring;
+    r->events_ran = 0;
     __atomic_store_n(r->sq_tail, r->sq_local_tail, __ATOMIC_RELEASE);
     unsigned n = r->sq_local_tail - __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
     if (n == 0)
         return 0;
-    /* With DEFER_TASKRUN, GETEVENTS (min_complete 0) also runs completion work now. */
-    unsigned flags = (r->flags & IORING_SETUP_DEFER_TASKRUN) ? IORING_ENTER_GETEVENTS : 0;
+    /* With DEFER_TASKRUN the same call also runs all pending completion work. */
+    int defer = (r->flags & IORING_SETUP_DEFER_TASKRUN) != 0;
     int rc;
     do {
         e->st.syscalls++;
-        rc = sys_enter(r->fd, n, 0, flags);
+        rc = defer ? sys_enter_drain(r->fd, n, r->cq_entries) : sys_enter(r->fd, n, 0, 0);
     } while (rc == -EINTR);
     if (rc > 0)
         e->st.batches++;
-    if (rc >= 0 && flags)
+    if (rc >= 0 && defer)
         r->events_ran = 1;
     return rc < 0 ? rc : 0;
 }
@@ -288,6 +313,8 @@ static int u_getevents(engine_t *e, unsigned min_complete)
             Py_BEGIN_ALLOW_THREADS
             rc = sys_enter(r->fd, 0, min_complete, IORING_ENTER_GETEVENTS);
             Py_END_ALLOW_THREADS
+        } else if (r->flags & IORING_SETUP_DEFER_TASKRUN) {
+            rc = sys_enter_drain(r->fd, 0, r->cq_entries);
         } else {
             rc = sys_enter(r->fd, 0, 0, IORING_ENTER_GETEVENTS);
         }
@@ -318,10 +345,12 @@ static unsigned cq_drain(engine_t *e)
     return n;
 }
 
-static int u_reap(engine_t *e, int wait)
+static int u_reap(engine_t *e, int flags)
 {
     uring_t *r = &e->b.ring;
-    if ((r->flags & IORING_SETUP_DEFER_TASKRUN) && !r->events_ran) {
+    int wait = flags & REAP_WAIT;
+    int skip = (flags & REAP_AFTER_SUBMIT) && r->events_ran;
+    if ((r->flags & IORING_SETUP_DEFER_TASKRUN) && !skip) {
         int rc = u_getevents(e, 0);
         if (rc < 0)
             return rc;

@@ -170,3 +170,15 @@ async def test_pipe_positional_read(backend: str) -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+async def test_more_writes_than_the_ring_holds(tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    """Buffered writes complete through kernel workers (io_uring) in bursts larger than the
+    engine's capacity: every completion must wake the loop (regression: a stale 'completion
+    work already ran' flag once skipped the GETEVENTS a wake-up needs, and the loop slept)."""
+    fd = fd_of(tmp_path / "burst", os.O_RDWR | os.O_CREAT)
+    chunks = [os.urandom(512) for _ in range(3000)]
+    done = await asyncio.wait_for(
+        asyncio.gather(*[aionative.pwrite(fd, c, i * 512) for i, c in enumerate(chunks)]), 60)
+    assert done == [512] * 3000
+    assert os.pread(fd, 3000 * 512, 0) == b"".join(chunks)
