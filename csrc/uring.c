@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <linux/io_uring.h>
 #include <stdio.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -38,7 +37,11 @@
 /* user_data of the engine's own ASYNC_CANCEL requests (slot indexes are below OP_NONE). */
 #define CANCEL_UD ((uint64_t)UINT64_MAX)
 
-#define DEFER_FLAGS (IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN)
+/* TASKRUN_FLAG matters with DEFER_TASKRUN too: one GETEVENTS runs at most max(20,
+ * min_complete) deferred items (6.10+); what is left sits on a retry list that does not signal
+ * the eventfd again, and IORING_SQ_TASKRUN is the only way to learn it is there. */
+#define DEFER_FLAGS (IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | \
+                     IORING_SETUP_TASKRUN_FLAG)
 
 /* Preference order. DEFER_TASKRUN (6.1) runs completion work only when we ask for events:
  * fewest interruptions for one thread driving one ring. COOP_TASKRUN (5.19) at least avoids
@@ -67,29 +70,6 @@ static int sys_enter(int fd, unsigned submit, unsigned min_complete, unsigned fl
     if (f)
         return f;
     int rc = (int)syscall(__NR_io_uring_enter, fd, submit, min_complete, flags, NULL, 0);
-    return rc < 0 ? -errno : rc;
-}
-
-/* DEFER_TASKRUN rings: run *all* pending completion work without blocking. With a plain
- * GETEVENTS the kernel runs at most max(20, min_complete) deferred items and keeps the rest
- * on a retry list that does not signal the eventfd again: the loop would sleep with
- * completions pending. So ask for the whole CQ with a zero timeout; -ETIME just means
- * "nothing more to wait for". (EXT_ARG is 5.11, DEFER_TASKRUN 6.1.) */
-static int sys_enter_drain(int fd, unsigned submit, unsigned cq_entries)
-{
-    int f = fault_hit(FP_URING_ENTER);
-    if (f)
-        return f;
-    struct __kernel_timespec zero = {0, 0};
-    struct io_uring_getevents_arg arg = {
-        .sigmask = 0,
-        .sigmask_sz = _NSIG / 8,
-        .ts = (uint64_t)(uintptr_t)&zero,
-    };
-    int rc = (int)syscall(__NR_io_uring_enter, fd, submit, cq_entries,
-                          IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof arg);
-    if (rc < 0 && errno == ETIME)
-        return 0;
     return rc < 0 ? -errno : rc;
 }
 
@@ -287,16 +267,18 @@ static int u_submit(engine_t *e)
     unsigned n = r->sq_local_tail - __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
     if (n == 0)
         return 0;
-    /* With DEFER_TASKRUN the same call also runs all pending completion work. */
+    /* With DEFER_TASKRUN the same call also runs pending completion work (see u_reap for
+     * what it may leave behind). */
     int defer = (r->flags & IORING_SETUP_DEFER_TASKRUN) != 0;
     int rc;
     do {
         e->st.syscalls++;
-        rc = defer ? sys_enter_drain(r->fd, n, r->cq_entries) : sys_enter(r->fd, n, 0, 0);
+        rc = sys_enter(r->fd, n, 0, defer ? IORING_ENTER_GETEVENTS : 0);
     } while (rc == -EINTR);
     if (rc > 0)
         e->st.batches++;
-    if (rc >= 0 && defer)
+    if (rc >= 0 && defer &&
+        !(__atomic_load_n(r->sq_flags, __ATOMIC_ACQUIRE) & IORING_SQ_TASKRUN))
         r->events_ran = 1;
     return rc < 0 ? rc : 0;
 }
@@ -313,8 +295,6 @@ static int u_getevents(engine_t *e, unsigned min_complete)
             Py_BEGIN_ALLOW_THREADS
             rc = sys_enter(r->fd, 0, min_complete, IORING_ENTER_GETEVENTS);
             Py_END_ALLOW_THREADS
-        } else if (r->flags & IORING_SETUP_DEFER_TASKRUN) {
-            rc = sys_enter_drain(r->fd, 0, r->cq_entries);
         } else {
             rc = sys_enter(r->fd, 0, 0, IORING_ENTER_GETEVENTS);
         }
@@ -350,15 +330,16 @@ static int u_reap(engine_t *e, int flags)
     uring_t *r = &e->b.ring;
     int wait = flags & REAP_WAIT;
     int skip = (flags & REAP_AFTER_SUBMIT) && r->events_ran;
+    r->events_ran = 0;
     if ((r->flags & IORING_SETUP_DEFER_TASKRUN) && !skip) {
         int rc = u_getevents(e, 0);
         if (rc < 0)
             return rc;
     }
-    r->events_ran = 0;
     unsigned got = cq_drain(e);
-    /* Bounded: flags that stay set are retried on the next wake-up or flush. */
-    for (int round = 0; round < 8; round++) {
+    /* Enter again while the kernel says completion work is pending (TASKRUN) or completions
+     * wait in its overflow list: both end, since what is in flight is finite. */
+    for (;;) {
         unsigned sqf = __atomic_load_n(r->sq_flags, __ATOMIC_ACQUIRE);
         if (sqf & IORING_SQ_CQ_OVERFLOW)
             e->st.cq_overflow++;
