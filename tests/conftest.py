@@ -41,10 +41,7 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
     return LOOP_FACTORIES
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Run the test with engines of this backend."""
-    name: str = request.param
+def _use_backend(name: str) -> Iterator[str]:
     probe = _backend.probe(name)  # type: ignore[arg-type]
     if not probe.available:
         pytest.skip(f"{name} unavailable here: {probe.reason}")
@@ -53,20 +50,35 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
         yield name
     finally:
         aionative.set_default_backend(None)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run the test with engines of this backend."""
+    yield from _use_backend(request.param)
 
 
 @pytest.fixture(params=NATIVE)
 def native_backend(request: pytest.FixtureRequest) -> Iterator[str]:
     """Only the kernel backends (for tests of kernel-specific behaviour)."""
-    name: str = request.param
-    probe = _backend.probe(name)  # type: ignore[arg-type]
-    if not probe.available:
-        pytest.skip(f"{name} unavailable here: {probe.reason}")
-    aionative.set_default_backend(name)
-    try:
-        yield name
-    finally:
-        aionative.set_default_backend(None)
+    yield from _use_backend(request.param)
+
+
+@pytest.fixture
+def linux_aio() -> Iterator[str]:
+    """Only Linux AIO."""
+    yield from _use_backend("linux_aio")
+
+
+def cold_file(path: Path, size: int) -> tuple[int, bytes]:
+    """Write `size` random bytes, make the pages clean and evict them: the next reads are cold.
+    Returns an open read-only descriptor (the caller closes it) and the data."""
+    data = os.urandom(size)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    return fd, data
 
 
 def _counters() -> dict[str, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import random
 import threading
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 
 import aionative
+from aionative import _core
+
+from .conftest import cold_file
 
 pytestmark = pytest.mark.asyncio
 
@@ -58,63 +62,39 @@ async def test_no_user_thread_during_10k_reads_and_writes(
     assert user == {}, f"user-space threads appeared: {user}"
 
 
-async def test_linux_aio_cold_reads_take_the_nowait_reissue_path(
-        tmp_path: Path, fd_of: object) -> None:
-    if not aionative._backend.probe("linux_aio").available:
-        pytest.skip("linux_aio unavailable")
-    aionative.set_default_backend("linux_aio")
+@pytest.mark.usefixtures("linux_aio")
+async def test_linux_aio_cold_reads_take_the_nowait_reissue_path(tmp_path: Path) -> None:
+    fd, data = cold_file(tmp_path / "cold", 16 << 20)
     try:
-        path = tmp_path / "cold"
-        data = os.urandom(16 << 20)
-        path.write_bytes(data)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # clean pages can be evicted
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            before = aionative.engine_stats()
-            rng = random.Random(5)
-            cases = [(rng.randrange(len(data)), rng.randrange(1, 300000)) for _ in range(200)]
-            cases += [(len(data) - 10, 100), (0, len(data)), (12345, 1)]
-            got = await asyncio.gather(*[aionative.pread(fd, n, o) for o, n in cases])
-            for (o, n), g in zip(cases, got):
-                assert g == data[o:o + n], (o, n)
-            buf = bytearray(70000)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            assert await aionative.preadinto(fd, buf, 4097) == 70000 and buf == data[4097:74097]
-            after = aionative.engine_stats()
-        finally:
-            os.close(fd)
+        before = aionative.engine_stats()
+        rng = random.Random(5)
+        cases = [(rng.randrange(len(data)), rng.randrange(1, 300000)) for _ in range(200)]
+        cases += [(len(data) - 10, 100), (0, len(data)), (12345, 1)]
+        got = await asyncio.gather(*[aionative.pread(fd, n, o) for o, n in cases])
+        for (o, n), g in zip(cases, got):
+            assert g == data[o:o + n], (o, n)
+        buf = bytearray(70000)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        assert await aionative.preadinto(fd, buf, 4097) == 70000 and buf == data[4097:74097]
+        after = aionative.engine_stats()
     finally:
-        aionative.set_default_backend(None)
+        os.close(fd)
     assert after["nowait_eagain"] > before["nowait_eagain"], after
     assert after["direct_reissues"] > before["direct_reissues"], after
     assert after["direct_refused"] == before["direct_refused"], after
 
 
+@pytest.mark.usefixtures("linux_aio")
 async def test_linux_aio_direct_refused_stays_correct(tmp_path: Path) -> None:
     """Where the O_DIRECT descriptor cannot be had, the read is done plainly and counted."""
-    if not aionative._backend.probe("linux_aio").available:
-        pytest.skip("linux_aio unavailable")
-    import errno
-
-    from aionative import _core
-    aionative.set_default_backend("linux_aio")
+    fd, data = cold_file(tmp_path / "cold2", 4 << 20)
     try:
-        path = tmp_path / "cold2"
-        data = os.urandom(4 << 20)
-        path.write_bytes(data)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            aionative.get_engine()
-            _core.set_fault("direct_open", errno.EINVAL, -1)
-            got = await aionative.pread(fd, 1 << 20, 333)
-            stats = aionative.engine_stats()
-        finally:
-            _core.clear_faults()
-            os.close(fd)
+        aionative.get_engine()
+        _core.set_fault("direct_open", errno.EINVAL, -1)
+        got = await aionative.pread(fd, 1 << 20, 333)
+        stats = aionative.engine_stats()
     finally:
-        aionative.set_default_backend(None)
+        _core.clear_faults()
+        os.close(fd)
     assert got == data[333:333 + (1 << 20)]
     assert stats["nowait_eagain"] >= 1 and stats["direct_refused"] >= 1, stats
