@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install build debug test bench bench-pytest lint typecheck clean
+.PHONY: help install build debug asan test bench bench-pytest lint typecheck clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -26,6 +26,12 @@ build: $(STAMP) ## (re)build the C extension in place (AIONATIVE_DEBUG=1 / AIONA
 
 debug: ## build the extension with -O0 -g3 and debug counters
 	rm -rf build && AIONATIVE_DEBUG=1 $(MAKE) build
+
+asan: $(STAMP) ## run the test suite against an ASan+UBSan build, then restore the normal build
+	rm -rf build && AIONATIVE_SANITIZE=1 $(PY) setup.py -q build_ext --inplace --force
+	@LD_PRELOAD="$$(cc -print-file-name=libasan.so) $$(cc -print-file-name=libubsan.so)" \
+	 PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0 $(PY) -m pytest -p no:warnings $(PYTEST_ARGS); \
+	rc=$$?; rm -rf build && $(PY) setup.py -q build_ext --inplace --force; exit $$rc
 
 test: build ## run the test suite on every available backend, on asyncio and uvloop
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
