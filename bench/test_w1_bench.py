@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from bench.clients import Client, Target, open_target, run_batch
 from bench.common import (
     LOOPS,
     JSONDict,
@@ -29,7 +30,7 @@ from bench.common import (
     parse_system,
 )
 from bench.meter import Quota
-from bench.w1 import Client, Target, open_client, open_target, run_batch, sync_loop
+from bench.w1 import READ
 
 pytest.importorskip("pytest_benchmark")
 
@@ -66,7 +67,7 @@ def _open_round(system: System, target: Target) -> tuple[asyncio.Runner, Client]
     assert system.loop is not None
     runner = asyncio.Runner(loop_factory=loop_factory(system.loop))
     try:
-        client = runner.run(open_client(system, READERS, target))
+        client = runner.run(READ.open_client(system, READERS, target))
         runner.run(run_batch(client, target, READERS, READERS))
     except BaseException:
         runner.close()
@@ -131,7 +132,7 @@ def test_w1_hot_random_4k(benchmark: Any, monkeypatch: pytest.MonkeyPatch, targe
     benchmark.extra_info.update(system=name, readers=READERS, reads_per_round=READS_PER_ROUND)
     if system.kind == "sync":
         benchmark.extra_info["readers"] = 1
-        benchmark.pedantic(lambda: sync_loop(target, Quota(READS_PER_ROUND)),
+        benchmark.pedantic(lambda: READ.sync_loop(target, Quota(READS_PER_ROUND)),
                            rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
     else:
         _probe_system(system, target, benchmark.extra_info)

@@ -42,57 +42,24 @@ import os
 import random
 import statistics
 import time
-from dataclasses import dataclass, field
-from types import ModuleType
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from bench.common import (
-    JSONDict,
-    PrepareConfig,
-    Skip,
-    System,
-    Timing,
-    Workload,
-    ensure_random_file,
-    import_aionative,
-    loop_factory,
-    make_hot,
-    offset_pool,
-    size_label,
-)
-from bench.meter import Meter, Pacer, StatsFn
-from bench.w1 import default_systems
+from bench import clients
+from bench.clients import BLOCK, Client, Op, Target, default_systems, prepare_file
+from bench.common import JSONDict, PrepareConfig, System, Timing, Workload
+from bench.meter import Meter, Pacer
 
-BLOCK = 4096
 DEFAULT_FILE_SIZE = 256 << 20
 POOL_SIZE = 1 << 18          # 2 MiB of offsets, four times the blocks of the default file
 LAG_INTERVAL = 0.001         # the ticker's asyncio.sleep
 IDLE_S = 0.25                # ticker alone, before the load: the loop's idle baseline
 
 
-@dataclass(frozen=True)
-class Target:
-    """The open file (read-write), the offsets every writer draws from, and the payload."""
-
-    path: str
-    fd: int
-    offsets: array.array[int]
-    payload: bytes
-
-    @property
-    def mask(self) -> int:
-        return len(self.offsets) - 1
-
-    def start(self, writer: int, writers: int) -> int:
-        """Pool index where ``writer`` of ``writers`` begins, spread evenly."""
-        return writer * len(self.offsets) // writers
-
-
 def open_target(params: JSONDict) -> Target:
-    """Open the prepared file and rebuild the seeded offsets and payload (before timing)."""
-    offsets = offset_pool(params["seed"], params["file_size"], BLOCK, params["pool"])
+    """Open the prepared file read-write and rebuild the seeded offsets and payload."""
     payload = random.Random(params["seed"] + 5).randbytes(BLOCK)
-    return Target(params["path"], os.open(params["path"], os.O_RDWR), offsets, payload)
+    return clients.open_target(params, os.O_RDWR, payload)
 
 
 # --------------------------------------------------------------------------- loop lag
@@ -143,178 +110,43 @@ async def idle_lag(seconds: float = IDLE_S) -> JSONDict:
     return probe.summary() | {"seconds": seconds}
 
 
-# --------------------------------------------------------------------------- clients
-
-
-class Client(Protocol):
-    """One async system, opened inside the running loop for N writers."""
-
-    stats: StatsFn | None
-
-    async def write_one(self, off: int) -> int: ...
-    async def writer(self, index: int, start: int, pacer: Pacer) -> None: ...
-    async def aclose(self) -> None: ...
-    def info(self) -> JSONDict: ...
-
-
-@dataclass
-class AionativeClient:
-    """``aionative.pwrite`` on the backend chosen by ``AIONATIVE_BACKEND``."""
-
-    mod: ModuleType
-    target: Target
-    backend: str
-    stats: StatsFn | None = None
-
-    @classmethod
-    async def open(cls, target: Target, backend: str) -> AionativeClient:
-        mod = import_aionative()
-        if not hasattr(mod, "pwrite"):
-            raise Skip("aionative has no pwrite")
-        available = list(mod.available_backends())
-        if backend not in available:
-            raise Skip(f"aionative backend {backend} not available here (have {available})")
-        return cls(mod, target, backend, getattr(mod, "engine_stats", None))
-
-    async def write_one(self, off: int) -> int:
-        n: int = await self.mod.pwrite(self.target.fd, self.target.payload, off)
-        got = self.info()["backend_info"].get("backend", self.backend)
-        if got != self.backend:
-            raise RuntimeError(f"asked for backend {self.backend}, engine reports {got}; "
-                               "is AIONATIVE_BACKEND being honoured?")
-        return n
-
-    async def writer(self, index: int, start: int, pacer: Pacer) -> None:
-        pwrite, fd, buf, offs, mask, tick = (self.mod.pwrite, self.target.fd,
-                                             self.target.payload, self.target.offsets,
-                                             self.target.mask, pacer.tick)
-        j = start
-        while True:
-            await pwrite(fd, buf, offs[j & mask])
-            j += 1
-            if not tick():
-                return
-
-    async def aclose(self) -> None:
-        pass
-
-    def info(self) -> JSONDict:
-        backend_info = getattr(self.mod, "backend_info", None)
-        return {"backend_info": dict(backend_info()) if backend_info else {},
-                "version": getattr(self.mod, "__version__", None)}
-
-
-@dataclass
-class ExecutorClient:
-    """``loop.run_in_executor(None, os.pwrite, ...)`` on the loop's default thread pool."""
-
-    target: Target
-    stats: StatsFn | None = None
-
-    async def write_one(self, off: int) -> int:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, os.pwrite, self.target.fd,
-                                          self.target.payload, off)
-
-    async def writer(self, index: int, start: int, pacer: Pacer) -> None:
-        run = asyncio.get_running_loop().run_in_executor
-        pwrite, fd, buf, offs, mask, tick = (os.pwrite, self.target.fd, self.target.payload,
-                                             self.target.offsets, self.target.mask, pacer.tick)
-        j = start
-        while True:
-            await run(None, pwrite, fd, buf, offs[j & mask])
-            j += 1
-            if not tick():
-                return
-
-    async def aclose(self) -> None:
-        pass
-
-    def info(self) -> JSONDict:
-        return {"executor": "loop default ThreadPoolExecutor",
-                "max_workers": min(32, (os.cpu_count() or 1) + 4)}
-
-
-@dataclass
-class AiofilesClient:
-    """One ``aiofiles.open(path, "r+b")`` handle per writer; ``seek``, ``write``, ``flush``."""
-
-    target: Target
-    handles: list[Any] = field(default_factory=list)
-    version: str | None = None
-    stats: StatsFn | None = None
-
-    @classmethod
-    async def open(cls, target: Target, writers: int) -> AiofilesClient:
-        try:
-            import aiofiles  # type: ignore[import-untyped,unused-ignore]
-        except ImportError as exc:
-            raise Skip(f"aiofiles not importable: {exc}") from exc
-        handles = await asyncio.gather(*(aiofiles.open(target.path, "r+b")
-                                         for _ in range(writers)))
-        return cls(target, list(handles), getattr(aiofiles, "__version__", None))
-
-    async def write_one(self, off: int) -> int:
-        f = self.handles[0]
-        await f.seek(off)
-        n: int = await f.write(self.target.payload)
-        await f.flush()
-        return n
-
-    async def writer(self, index: int, start: int, pacer: Pacer) -> None:
-        f, buf, offs, mask, tick = (self.handles[index], self.target.payload,
-                                    self.target.offsets, self.target.mask, pacer.tick)
-        j = start
-        while True:
-            await f.seek(offs[j & mask])
-            await f.write(buf)
-            await f.flush()
-            j += 1
-            if not tick():
-                return
-
-    async def aclose(self) -> None:
-        await asyncio.gather(*(h.close() for h in self.handles))
-        self.handles.clear()
-
-    def info(self) -> JSONDict:
-        return {"aiofiles_version": self.version, "handles": "one per writer, r+b",
-                "per_write": "seek + write + flush"}
-
-
-async def open_client(system: System, writers: int, target: Target) -> Client:
-    """Open ``system`` for ``writers`` concurrent writers and check one write lands."""
-    client: Client
-    if system.kind == "aionative":
-        assert system.backend is not None
-        client = await AionativeClient.open(target, system.backend)
-    elif system.kind == "executor":
-        client = ExecutorClient(target)
-    elif system.kind == "aiofiles":
-        client = await AiofilesClient.open(target, writers)
-    else:
-        raise ValueError(f"W5 has no async system {system.name!r}")
-    await verify(client, target)
-    return client
+# --------------------------------------------------------------------------- the write
 
 
 async def verify(client: Client, target: Target) -> None:
     """Zero a block, write it through the client, read it back with ``os.pread``."""
     off = target.offsets[0]
     os.pwrite(target.fd, bytes(BLOCK), off)
-    n = await client.write_one(off)
+    n = await client.one(off)
     if n != BLOCK or os.pread(target.fd, BLOCK, off) != target.payload:
         raise RuntimeError(f"write at offset {off} did not land (returned {n})")
 
 
+async def aiofiles_write(f: Any, target: Target, off: int) -> int:
+    await f.seek(off)
+    n: int = await f.write(target.payload)
+    await f.flush()
+    return n
+
+
+async def aiofiles_writer(f: Any, target: Target, start: int, pacer: Pacer) -> None:
+    buf, offs, mask, tick = target.payload, target.offsets, target.mask, pacer.tick
+    j = start
+    while True:
+        await f.seek(offs[j & mask])
+        await f.write(buf)
+        await f.flush()
+        j += 1
+        if not tick():
+            return
+
+
+WRITE = Op(workload="W5", name="pwrite", arg=lambda target: target.payload, verify=verify,
+           aiofiles_mode="r+b", aiofiles_one=aiofiles_write, aiofiles_loop=aiofiles_writer,
+           aiofiles_info={"handles": "one per writer, r+b", "per_write": "seek + write + flush"})
+
+
 # --------------------------------------------------------------------------- runs
-
-
-async def run_writers(client: Client, target: Target, pacers: list[Pacer]) -> None:
-    """Run one writer task per pacer until each pacer says stop."""
-    n = len(pacers)
-    await asyncio.gather(*(client.writer(i, target.start(i, n), p)
-                           for i, p in enumerate(pacers)))
 
 
 def lag_fields(summary: JSONDict) -> JSONDict:
@@ -322,39 +154,20 @@ def lag_fields(summary: JSONDict) -> JSONDict:
     return {f"lag_{k}": v for k, v in summary.items()}
 
 
-async def _timed_async(system: System, writers: int, target: Target,
-                       timing: Timing) -> JSONDict:
-    client = await open_client(system, writers, target)
+async def with_lag(measure: Callable[[], Awaitable[Meter]]) -> JSONDict:
+    """Around the timed tasks: idle baseline first, then the ticker alongside the load."""
+    idle = await idle_lag()
+    probe = LagProbe()
+    ticker = asyncio.create_task(probe.run())
     try:
-        idle = await idle_lag()
-        meter = Meter(timing, client.stats)
-        probe = LagProbe()
-        ticker = asyncio.create_task(probe.run())
-        try:
-            await run_writers(client, target, [meter] * writers)
-        finally:
-            probe.stop()
-            await ticker
-        result = meter.result()
-        window = meter.window
-        assert window is not None
-        result |= lag_fields(probe.summary(*window)) | {"lag_idle": idle}
-        result["info"] = client.info()
+        meter = await measure()
     finally:
-        await client.aclose()
-    return result
-
-
-def sync_loop(target: Target, pacer: Pacer) -> None:
-    """Plain ``os.pwrite`` loop on this thread."""
-    pwrite, fd, buf, offs, mask, tick = (os.pwrite, target.fd, target.payload, target.offsets,
-                                         target.mask, pacer.tick)
-    j = 0
-    while True:
-        pwrite(fd, buf, offs[j & mask])
-        j += 1
-        if not tick():
-            return
+        probe.stop()
+        await ticker
+    result = meter.result()
+    window = meter.window
+    assert window is not None
+    return result | lag_fields(probe.summary(*window)) | {"lag_idle": idle}
 
 
 def run_cell(system: System, writers: int, params: JSONDict, timing: Timing) -> JSONDict:
@@ -365,14 +178,10 @@ def run_cell(system: System, writers: int, params: JSONDict, timing: Timing) -> 
         os.fdatasync(target.fd)  # start clean: no dirty pages left by the previous cell
         presync = {"presync_s": round(time.perf_counter() - started, 3)}
         if system.kind == "sync":
-            meter = Meter(timing)
-            sync_loop(target, meter)
-            return (meter.result() | lag_fields(LagProbe().summary())
+            return (WRITE.measure_sync(target, timing) | lag_fields(LagProbe().summary())
                     | {"info": {"note": "one thread, no event loop; N ignored; lag n/a"}
                        | presync})
-        assert system.loop is not None
-        with asyncio.Runner(loop_factory=loop_factory(system.loop)) as runner:
-            result = runner.run(_timed_async(system, writers, target, timing))
+        result = WRITE.measure_async(system, writers, target, timing, with_lag)
         result["info"] |= presync
         return result
     finally:
@@ -384,15 +193,8 @@ def run_cell(system: System, writers: int, params: JSONDict, timing: Timing) -> 
 
 def prepare(cfg: PrepareConfig) -> JSONDict:
     """Create (first run only) and warm the target file; return the workers' parameters."""
-    size = cfg.file_size or DEFAULT_FILE_SIZE
-    if size < BLOCK * 2:
-        raise ValueError("file size must be at least 8 KiB")
-    path = cfg.data_dir / f"w5-write-{size_label(size)}.bin"
-    ensure_random_file(path, size, cfg.log)
-    cfg.log(f"warming {path.name} into the page cache")
-    make_hot(path)
-    return {"path": str(path), "file_size": size, "block": BLOCK, "seed": cfg.seed,
-            "pool": POOL_SIZE, "lag_interval_s": LAG_INTERVAL, "idle_lag_s": IDLE_S}
+    return prepare_file(cfg, "w5-write", DEFAULT_FILE_SIZE, POOL_SIZE) | {
+        "lag_interval_s": LAG_INTERVAL, "idle_lag_s": IDLE_S}
 
 
 WORKLOAD = Workload(
