@@ -182,3 +182,34 @@ async def test_more_writes_than_the_ring_holds(tmp_path: Path, fd_of: Callable[.
         asyncio.gather(*[aionative.pwrite(fd, c, i * 512) for i, c in enumerate(chunks)]), 60)
     assert done == [512] * 3000
     assert os.pread(fd, 3000 * 512, 0) == b"".join(chunks)
+
+
+async def test_operations_larger_than_the_kernel_limit_are_split(
+        tmp_path: Path, fd_of: Callable[..., int], backend: str) -> None:
+    """read/write of more than MAX_RW_COUNT (0x7ffff000) bytes in one call: os.pread would stop
+    at the limit; aionative continues across it."""
+    if asyncio.get_running_loop().__class__.__module__.startswith("uvloop"):
+        pytest.skip("memory-heavy: run once, on the asyncio loop")
+    from aionative._compat import KERNEL_RW_MAX
+    size = KERNEL_RW_MAX + (3 << 20) + 5
+    path = tmp_path / "huge"
+    fd = fd_of(path, os.O_RDWR | os.O_CREAT)
+    marks = {0: b"start", KERNEL_RW_MAX - 3: b"across", size - 4: b"end!"}
+    buf = bytearray(size)
+    for off, m in marks.items():
+        buf[off:off + len(m)] = m
+    try:
+        assert await aionative.pwrite(fd, buf, 0) == size
+        assert os.fstat(fd).st_size == size
+        for off, m in marks.items():
+            assert os.pread(fd, len(m), off) == m
+        del buf
+        got = await aionative.pread(fd, size + 100, 0)
+        assert len(got) == size
+        for off, m in marks.items():
+            assert got[off:off + len(m)] == m
+        del got
+        if backend != "threads":
+            assert aionative.engine_stats()["splits"] >= 2
+    finally:
+        os.ftruncate(fd, 0)
