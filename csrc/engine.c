@@ -5,10 +5,12 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/stat.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -219,9 +221,17 @@ static void engine_pump(engine_t *e)
 
 /* ---------------------------------------------------------------- completion */
 
-static PyObject *make_oserror(int err, uint64_t written)
+static PyObject *make_oserror(int err, uint64_t written, PyObject *keep)
 {
-    PyObject *exc = PyObject_CallFunction(PyExc_OSError, "is", err, strerror(err));
+    PyObject *exc;
+    if (keep && PyTuple_GET_ITEM(keep, 2) != Py_None) {
+        /* OSError(errno, strerror, filename, winerror, filename2), as os.stat & co. raise */
+        exc = PyObject_CallFunction(PyExc_OSError, "isOOO", err, strerror(err),
+                                    PyTuple_GET_ITEM(keep, 2), Py_None,
+                                    PyTuple_GET_ITEM(keep, 3));
+    } else {
+        exc = PyObject_CallFunction(PyExc_OSError, "is", err, strerror(err));
+    }
     if (exc && written) {
         PyObject *n = PyLong_FromUnsignedLongLong(written);
         if (!n || PyObject_SetAttr(exc, g_str_characters_written, n) < 0) {
@@ -234,6 +244,20 @@ static PyObject *make_oserror(int err, uint64_t written)
     return exc;
 }
 
+/* The struct statx fields os.stat_result is built from (aionative/_kernelops.py). */
+static PyObject *statx_tuple(const struct statx *x)
+{
+    return Py_BuildValue(
+        "(IKIIIIIKLILILILIIKIIIKK)", (unsigned)x->stx_mode, (unsigned long long)x->stx_ino,
+        x->stx_dev_major, x->stx_dev_minor, x->stx_nlink, x->stx_uid, x->stx_gid,
+        (unsigned long long)x->stx_size, (long long)x->stx_atime.tv_sec, x->stx_atime.tv_nsec,
+        (long long)x->stx_mtime.tv_sec, x->stx_mtime.tv_nsec, (long long)x->stx_ctime.tv_sec,
+        x->stx_ctime.tv_nsec, (long long)x->stx_btime.tv_sec, x->stx_btime.tv_nsec,
+        x->stx_blksize, (unsigned long long)x->stx_blocks, x->stx_rdev_major, x->stx_rdev_minor,
+        x->stx_mask, (unsigned long long)x->stx_attributes,
+        (unsigned long long)x->stx_attributes_mask);
+}
+
 /* Result value of a finished operation; *is_exc set when it is an exception instance. */
 static PyObject *op_result(op_t *op, int err, int *is_exc)
 {
@@ -241,7 +265,7 @@ static PyObject *op_result(op_t *op, int err, int *is_exc)
     int partial_ok = (op->kind == OP_READ || op->kind == OP_READINTO) && op->done > 0;
     if (err && !partial_ok) {
         *is_exc = 1;
-        return make_oserror(err, op->kind == OP_WRITE ? op->done : 0);
+        return make_oserror(err, op->kind == OP_WRITE ? op->done : 0, op->keep);
     }
     switch (op->kind) {
     case OP_READ: {
@@ -253,28 +277,33 @@ static PyObject *op_result(op_t *op, int err, int *is_exc)
     }
     case OP_READINTO:
     case OP_WRITE:
+    case OP_OPENAT:
         return PyLong_FromUnsignedLongLong(op->done);
+    case OP_STATX:
+        return statx_tuple(op->bounce);
     default:
         Py_RETURN_NONE;
     }
 }
 
-static void future_resolve(PyObject *fut, PyObject *value, int is_exc)
+/* 1 if the future took the value, 0 if nobody will see it (cancelled meanwhile). */
+static int future_resolve(PyObject *fut, PyObject *value, int is_exc)
 {
     PyObject *done = PyObject_CallMethodNoArgs(fut, g_str_done);
     if (!done) {
         PyErr_WriteUnraisable(fut);
-        return;
+        return 0;
     }
     int skip = (done == Py_True);
     Py_DECREF(done);
     if (skip)
-        return;  /* cancelled by its awaiting task: nobody wants the result */
+        return 0;  /* cancelled by its awaiting task: nobody wants the result */
     PyObject *r = PyObject_CallMethodOneArg(fut, is_exc ? g_str_set_exception : g_str_set_result,
                                             value);
     if (!r)
         PyErr_WriteUnraisable(fut);
     Py_XDECREF(r);
+    return r != NULL;
 }
 
 /* The operation is over: the kernel holds nothing of it any more. Build its result, release
@@ -285,7 +314,7 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
     op_t *op = engine_slot(e, idx);
     PyObject *fut = op->future;
     op->future = NULL;
-    int was_pinned = op->bytes != NULL || op->view.obj != NULL;
+    int was_pinned = op->bytes != NULL || op->view.obj != NULL || op->keep != NULL;
     int is_exc = 0;
     PyObject *value = NULL;
     if (fut && !op->abandoned && !e->drop_results) {
@@ -300,6 +329,11 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
             is_exc = 1;
         }
     }
+    /* A descriptor the kernel opened that nobody receives (cancelled, engine closing) is
+     * closed, never leaked. */
+    int opened_fd = op->opened && !is_exc ? (int)op->done : -1;
+    PyObject *keep = op->keep;
+    op->keep = NULL;
     PyObject *bytes = op->bytes;
     op->bytes = NULL;
     Py_buffer view = op->view;
@@ -317,10 +351,14 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
     if (view.obj)
         PyBuffer_Release(&view);
     Py_XDECREF(bytes);
+    Py_XDECREF(keep);
+    int delivered = 0;
     if (value) {
-        future_resolve(fut, value, is_exc);
+        delivered = future_resolve(fut, value, is_exc);
         Py_DECREF(value);
     }
+    if (opened_fd >= 0 && !delivered)
+        close(opened_fd);
     Py_XDECREF(fut);
 }
 
@@ -336,10 +374,16 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
     else if (res > 1 && (op->kind <= OP_WRITE) && fault_hit(FP_SHORT))
         res /= 2;
     if (op->abandoned || e->closed == 1) {
+        if (res >= 0 && op->kind == OP_OPENAT) {
+            op->done = (uint64_t)res;
+            op->opened = 1;  /* closed by op_finish: nobody is waiting for it */
+        }
         op_finish(e, idx, res < 0 ? (int)-res : 0);
         return;
     }
-    if ((res == -EINTR || res == -EAGAIN) && op->retries < MAX_RETRIES && !op->cancel_sent) {
+    /* Never again for close: Linux has released the descriptor even when it says EINTR. */
+    if ((res == -EINTR || res == -EAGAIN) && op->retries < MAX_RETRIES && !op->cancel_sent &&
+        op->kind != OP_CLOSE) {
         op->retries++;
         e->st.retries++;
         engine_enqueue(e, idx);
@@ -351,6 +395,7 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
     }
     op->retries = 0;
     op->done += (uint64_t)res;
+    op->opened = op->kind == OP_OPENAT;
     int more = 0;
     switch (op->kind) {
     case OP_READ:
@@ -408,7 +453,7 @@ static int engine_usable(engine_t *e)
 static PyObject *engine_start(engine_t *e, uint32_t idx)
 {
     op_t *op = engine_slot(e, idx);
-    if (op->bytes || op->view.obj)
+    if (op->bytes || op->view.obj || op->keep)
         e->pinned++;
     PyObject *fut = engine_new_future(e);
     /* Creating the future and scheduling the flush run Python code, which may close us. */
@@ -558,6 +603,239 @@ static PyObject *Engine_fsync(engine_t *e, PyObject *arg)
 static PyObject *Engine_fdatasync(engine_t *e, PyObject *arg)
 {
     return engine_sync_op(e, arg, OP_FDATASYNC);
+}
+
+/* ---------------------------------------------------------------- path operations */
+
+static int path_arg(PyObject *o, const char *what)
+{
+    if (o == Py_None)
+        return 0;
+    if (!PyBytes_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be bytes (os.fsencode()d)", what);
+        return -1;
+    }
+    if ((size_t)PyBytes_GET_SIZE(o) != strlen(PyBytes_AS_STRING(o))) {
+        PyErr_SetString(PyExc_ValueError, "embedded null byte");
+        return -1;
+    }
+    return 0;
+}
+
+/* A slot for a path or descriptor operation the kernel runs (io_uring), or NULL with
+ * NotImplementedError where this engine cannot (the caller then uses a thread). */
+static op_t *path_op_new(engine_t *e, int kind, uint32_t *idx, PyObject *path, PyObject *path2,
+                         PyObject *filename, PyObject *filename2)
+{
+    if (path_arg(path, "path") < 0 || path_arg(path2, "path2") < 0 || !engine_usable(e))
+        return NULL;
+    if (!engine_supports(e, kind)) {
+        PyErr_SetString(PyExc_NotImplementedError, "operation not supported by this engine");
+        return NULL;
+    }
+    PyObject *keep = PyTuple_Pack(4, path, path2, filename, filename2);
+    if (!keep)
+        return NULL;
+    *idx = slot_alloc(e);
+    if (*idx == OP_NONE) {
+        Py_DECREF(keep);
+        return NULL;
+    }
+    op_t *op = engine_slot(e, *idx);
+    op->kind = (uint8_t)kind;
+    op->keep = keep;
+    op->buf = path != Py_None ? PyBytes_AS_STRING(path) : NULL;
+    op->buf2 = path2 != Py_None ? PyBytes_AS_STRING(path2) : NULL;
+    return op;
+}
+
+/* openat(dirfd, path, flags, mode, filename) -> Future[int] */
+static PyObject *Engine_openat(engine_t *e, PyObject *args)
+{
+    int dirfd, flags;
+    unsigned mode;
+    PyObject *path, *filename;
+    uint32_t idx;
+    if (!PyArg_ParseTuple(args, "iOiIO:openat", &dirfd, &path, &flags, &mode, &filename))
+        return NULL;
+    op_t *op = path_op_new(e, OP_OPENAT, &idx, path, Py_None, filename, Py_None);
+    if (!op)
+        return NULL;
+    op->fd = dirfd;
+    op->oflags = flags;
+    op->mode = mode;
+    return engine_start(e, idx);
+}
+
+/* statx(dirfd, path, flags, mask, filename) -> Future[tuple] */
+static PyObject *Engine_statx(engine_t *e, PyObject *args)
+{
+    int dirfd, flags;
+    unsigned mask;
+    PyObject *path, *filename;
+    uint32_t idx;
+    if (!PyArg_ParseTuple(args, "iOiIO:statx", &dirfd, &path, &flags, &mask, &filename))
+        return NULL;
+    struct statx *buf = calloc(1, sizeof *buf);
+    if (!buf)
+        return PyErr_NoMemory();
+    op_t *op = path_op_new(e, OP_STATX, &idx, path, Py_None, filename, Py_None);
+    if (!op) {
+        free(buf);
+        return NULL;
+    }
+    op->fd = dirfd;
+    op->oflags = flags;
+    op->mode = mask;
+    op->bounce = buf;  /* the kernel writes it; freed with the slot */
+    return engine_start(e, idx);
+}
+
+/* unlinkat(dirfd, path, flags, filename) / mkdirat(dirfd, path, mode, filename) */
+static PyObject *engine_one_path(engine_t *e, PyObject *args, int kind, const char *fmt)
+{
+    int dirfd, arg;
+    PyObject *path, *filename;
+    uint32_t idx;
+    if (!PyArg_ParseTuple(args, fmt, &dirfd, &path, &arg, &filename))
+        return NULL;
+    op_t *op = path_op_new(e, kind, &idx, path, Py_None, filename, Py_None);
+    if (!op)
+        return NULL;
+    op->fd = dirfd;
+    op->oflags = arg;
+    op->mode = (uint32_t)arg;
+    return engine_start(e, idx);
+}
+
+static PyObject *Engine_unlinkat(engine_t *e, PyObject *args)
+{
+    return engine_one_path(e, args, OP_UNLINKAT, "iOiO:unlinkat");
+}
+
+static PyObject *Engine_mkdirat(engine_t *e, PyObject *args)
+{
+    return engine_one_path(e, args, OP_MKDIRAT, "iOiO:mkdirat");
+}
+
+/* renameat / linkat(olddirfd, oldpath, newdirfd, newpath, flags, filename, filename2) */
+static PyObject *engine_two_paths(engine_t *e, PyObject *args, int kind, const char *fmt)
+{
+    int olddirfd, newdirfd, flags;
+    PyObject *oldpath, *newpath, *filename, *filename2;
+    uint32_t idx;
+    if (!PyArg_ParseTuple(args, fmt, &olddirfd, &oldpath, &newdirfd, &newpath, &flags,
+                          &filename, &filename2))
+        return NULL;
+    op_t *op = path_op_new(e, kind, &idx, oldpath, newpath, filename, filename2);
+    if (!op)
+        return NULL;
+    op->fd = olddirfd;
+    op->fd2 = newdirfd;
+    op->oflags = flags;
+    return engine_start(e, idx);
+}
+
+static PyObject *Engine_renameat(engine_t *e, PyObject *args)
+{
+    return engine_two_paths(e, args, OP_RENAMEAT, "iOiOiOO:renameat");
+}
+
+static PyObject *Engine_linkat(engine_t *e, PyObject *args)
+{
+    return engine_two_paths(e, args, OP_LINKAT, "iOiOiOO:linkat");
+}
+
+/* symlinkat(target, newdirfd, linkpath, filename, filename2) */
+static PyObject *Engine_symlinkat(engine_t *e, PyObject *args)
+{
+    int newdirfd;
+    PyObject *target, *linkpath, *filename, *filename2;
+    uint32_t idx;
+    if (!PyArg_ParseTuple(args, "OiOOO:symlinkat", &target, &newdirfd, &linkpath, &filename,
+                          &filename2))
+        return NULL;
+    op_t *op = path_op_new(e, OP_SYMLINKAT, &idx, target, linkpath, filename, filename2);
+    if (!op)
+        return NULL;
+    op->fd2 = newdirfd;
+    return engine_start(e, idx);
+}
+
+/* close(fd) -> Future[None] */
+static PyObject *Engine_close_fd(engine_t *e, PyObject *arg)
+{
+    int fd;
+    uint32_t idx;
+    if (parse_fd(arg, &fd) < 0)
+        return NULL;
+    op_t *op = path_op_new(e, OP_CLOSE, &idx, Py_None, Py_None, Py_None, Py_None);
+    if (!op)
+        return NULL;
+    op->fd = fd;
+    return engine_start(e, idx);
+}
+
+/* fallocate(fd, mode, offset, length) / ftruncate(fd, length) -> Future[None] */
+static PyObject *Engine_fallocate(engine_t *e, PyObject *args)
+{
+    int fd;
+    unsigned mode;
+    long long offset, length;
+    uint32_t idx;
+    if (!PyArg_ParseTuple(args, "iILL:fallocate", &fd, &mode, &offset, &length))
+        return NULL;
+    if (offset < 0 || length <= 0) {
+        errno = EINVAL;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    op_t *op = path_op_new(e, OP_FALLOCATE, &idx, Py_None, Py_None, Py_None, Py_None);
+    if (!op)
+        return NULL;
+    op->fd = fd;
+    op->mode = mode;
+    op->off = offset;
+    op->len = (uint64_t)length;
+    return engine_start(e, idx);
+}
+
+static PyObject *Engine_ftruncate(engine_t *e, PyObject *args)
+{
+    int fd;
+    long long length;
+    uint32_t idx;
+    if (!PyArg_ParseTuple(args, "iL:ftruncate", &fd, &length))
+        return NULL;
+    if (length < 0) {
+        errno = EINVAL;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    op_t *op = path_op_new(e, OP_FTRUNCATE, &idx, Py_None, Py_None, Py_None, Py_None);
+    if (!op)
+        return NULL;
+    op->fd = fd;
+    op->off = length;
+    return engine_start(e, idx);
+}
+
+static const struct { const char *name; int kind; } op_names[] = {
+    {"pread", OP_READ}, {"pwrite", OP_WRITE}, {"fsync", OP_FSYNC},
+    {"openat", OP_OPENAT}, {"close", OP_CLOSE}, {"statx", OP_STATX},
+    {"unlinkat", OP_UNLINKAT}, {"renameat", OP_RENAMEAT}, {"mkdirat", OP_MKDIRAT},
+    {"symlinkat", OP_SYMLINKAT}, {"linkat", OP_LINKAT}, {"fallocate", OP_FALLOCATE},
+    {"ftruncate", OP_FTRUNCATE},
+};
+
+/* supports(name) -> bool: whether the kernel runs this operation for this engine */
+static PyObject *Engine_supports(engine_t *e, PyObject *name)
+{
+    const char *s = PyUnicode_AsUTF8(name);
+    if (!s)
+        return NULL;
+    for (size_t i = 0; i < sizeof op_names / sizeof op_names[0]; i++)
+        if (strcmp(s, op_names[i].name) == 0)
+            return PyBool_FromLong(engine_supports(e, op_names[i].kind));
+    return PyErr_Format(PyExc_ValueError, "unknown operation %R", name);
 }
 
 /* ---------------------------------------------------------------- cancellation */
@@ -997,6 +1275,27 @@ static PyMethodDef Engine_methods[] = {
      "pwrite(fd, data, offset) -> Future[int]; short writes continue until all is written"},
     {"fsync", (PyCFunction)Engine_fsync, METH_O, "fsync(fd) -> Future[None]"},
     {"fdatasync", (PyCFunction)Engine_fdatasync, METH_O, "fdatasync(fd) -> Future[None]"},
+    {"openat", (PyCFunction)Engine_openat, METH_VARARGS,
+     "openat(dirfd, path: bytes, flags, mode, filename) -> Future[int]"},
+    {"close_fd", (PyCFunction)Engine_close_fd, METH_O, "close_fd(fd) -> Future[None]"},
+    {"statx", (PyCFunction)Engine_statx, METH_VARARGS,
+     "statx(dirfd, path: bytes, flags, mask, filename) -> Future[tuple]"},
+    {"unlinkat", (PyCFunction)Engine_unlinkat, METH_VARARGS,
+     "unlinkat(dirfd, path: bytes, flags, filename) -> Future[None]"},
+    {"mkdirat", (PyCFunction)Engine_mkdirat, METH_VARARGS,
+     "mkdirat(dirfd, path: bytes, mode, filename) -> Future[None]"},
+    {"renameat", (PyCFunction)Engine_renameat, METH_VARARGS,
+     "renameat(olddirfd, old: bytes, newdirfd, new: bytes, flags, filename, filename2)"},
+    {"linkat", (PyCFunction)Engine_linkat, METH_VARARGS,
+     "linkat(olddirfd, old: bytes, newdirfd, new: bytes, flags, filename, filename2)"},
+    {"symlinkat", (PyCFunction)Engine_symlinkat, METH_VARARGS,
+     "symlinkat(target: bytes, newdirfd, linkpath: bytes, filename, filename2)"},
+    {"fallocate", (PyCFunction)Engine_fallocate, METH_VARARGS,
+     "fallocate(fd, mode, offset, length) -> Future[None]"},
+    {"ftruncate", (PyCFunction)Engine_ftruncate, METH_VARARGS,
+     "ftruncate(fd, length) -> Future[None]"},
+    {"supports", (PyCFunction)Engine_supports, METH_O,
+     "supports(name) -> bool: the kernel runs this operation for this engine"},
     {"cancel", (PyCFunction)Engine_cancel, METH_O,
      "cancel(future) -> bool: abandon the operation whose future this is"},
     {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS, "the eventfd the loop watches"},

@@ -29,6 +29,18 @@ enum op_kind {
     OP_WRITE,     /* result: int; the caller's buffer; short writes continue */
     OP_FSYNC,
     OP_FDATASYNC,
+    /* path and descriptor operations (io_uring only; see engine_supports) */
+    OP_OPENAT,    /* result: the new descriptor (in `done`) */
+    OP_CLOSE,
+    OP_STATX,     /* result: a tuple of the struct statx fields (`bounce` holds the struct) */
+    OP_UNLINKAT,
+    OP_RENAMEAT,
+    OP_MKDIRAT,
+    OP_SYMLINKAT,
+    OP_LINKAT,
+    OP_FALLOCATE,
+    OP_FTRUNCATE,
+    OP_KIND_COUNT
 };
 
 enum op_state {
@@ -47,15 +59,24 @@ typedef struct op {
     uint8_t direct;         /* kaio: this piece is an O_DIRECT re-issue into `bounce` */
     uint8_t retries;        /* transparent retries of -EINTR / -EAGAIN completions */
     uint8_t cancel_sent;    /* the kernel was asked to cancel it (close drains reads so) */
+    uint8_t opened;         /* openat: the kernel returned a descriptor, in `done`; closed
+                             * by op_finish if it is not delivered */
     uint32_t kslot;         /* backend's index for the piece (kaio: its iocb) */
     int fd;
     PyObject *future;       /* owned; until resolved or dropped */
     PyObject *bytes;        /* owned; OP_READ's result object, written by the kernel until reaped */
     Py_buffer view;         /* held while view.obj != NULL: from submission until the last
                              * completion of the operation is reaped (pins the caller's buffer) */
-    char *buf;              /* borrowed from `bytes` or `view`; base of the caller's memory */
+    char *buf;              /* borrowed from `bytes` or `view`; base of the caller's memory;
+                             * path operations: the first path (borrowed from `keep`) */
+    char *buf2;             /* path operations: the second path (borrowed from `keep`) */
+    PyObject *keep;         /* owned; path operations: (path, path2, filename, filename2), the
+                             * bytes the kernel reads, kept until the completion is reaped */
+    int fd2;                /* path operations: the second directory descriptor */
+    int oflags;             /* path operations: open / at / rename / statx flags */
+    uint32_t mode;          /* openat / mkdirat mode, statx mask, fallocate mode */
     uint64_t len;           /* bytes requested in total */
-    uint64_t done;          /* bytes transferred so far */
+    uint64_t done;          /* bytes transferred so far (openat: the new descriptor) */
     int64_t off;            /* file offset of buf[0] */
     uint32_t cur;           /* length of the piece now with the kernel */
     int direct_fd;          /* kaio: owned dup of the cached O_DIRECT descriptor while direct
@@ -126,6 +147,7 @@ typedef struct uring {
                                * again: later work finds the kernel's list empty and signals
                                * the eventfd. Any other reap enters. */
     unsigned to_submit;
+    uint64_t opmask[4];       /* opcodes the kernel supports (IORING_REGISTER_PROBE) */
 } uring_t;
 
 typedef struct dcache_ent {
@@ -208,6 +230,8 @@ extern const backend_ops kaio_ops;
 int uring_create(engine_t *e, unsigned entries, unsigned force_flags, int use_force_flags,
                  char *why, size_t whylen);
 int uring_probe(unsigned *flags_out, char *why, size_t whylen);
+/* Whether this engine can run `kind` in the kernel (else the caller uses a thread). */
+int engine_supports(engine_t *e, int kind);
 int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen);
 void kaio_pool_drain(void);
 void kaio_after_fork_child(void);

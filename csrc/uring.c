@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <linux/io_uring.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -33,6 +34,11 @@
 #ifndef IORING_FEAT_RW_CUR_POS
 #define IORING_FEAT_RW_CUR_POS (1U << 3)
 #endif
+
+/* Newer than the build host's uapi enum (6.9): SENDMSG_ZC (6.1, 48) + READ_MULTISHOT,
+ * WAITID, FUTEX_WAIT, FUTEX_WAKE, FUTEX_WAITV, FIXED_FD_INSTALL. Used only when the kernel's
+ * probe says opcode 55 is supported. */
+#define OPCODE_FTRUNCATE 55
 
 /* user_data of the engine's own ASYNC_CANCEL requests (slot indexes are below OP_NONE). */
 #define CANCEL_UD ((uint64_t)UINT64_MAX)
@@ -164,6 +170,83 @@ static int ring_map(uring_t *r, struct io_uring_params *p)
     return 0;
 }
 
+/* Which opcodes the kernel has (5.6+); without the probe, only READ/WRITE/FSYNC are used. */
+static void probe_opcodes(uring_t *r)
+{
+    size_t n = 256;
+    struct io_uring_probe *p = calloc(1, sizeof *p + n * sizeof(struct io_uring_probe_op));
+    if (!p)
+        return;
+    if (sys_register(r->fd, IORING_REGISTER_PROBE, p, (unsigned)n) >= 0) {
+        for (unsigned i = 0; i < p->ops_len && i < 256; i++)
+            if (p->ops[i].flags & IO_URING_OP_SUPPORTED)
+                r->opmask[p->ops[i].op / 64] |= 1ull << (p->ops[i].op % 64);
+    }
+    free(p);
+}
+
+static const int kind_opcode[OP_KIND_COUNT] = {
+    [OP_OPENAT] = IORING_OP_OPENAT,     [OP_CLOSE] = IORING_OP_CLOSE,
+    [OP_STATX] = IORING_OP_STATX,       [OP_UNLINKAT] = IORING_OP_UNLINKAT,
+    [OP_RENAMEAT] = IORING_OP_RENAMEAT, [OP_MKDIRAT] = IORING_OP_MKDIRAT,
+    [OP_SYMLINKAT] = IORING_OP_SYMLINKAT, [OP_LINKAT] = IORING_OP_LINKAT,
+    [OP_FALLOCATE] = IORING_OP_FALLOCATE, [OP_FTRUNCATE] = OPCODE_FTRUNCATE,
+};
+
+int engine_supports(engine_t *e, int kind)
+{
+    if (e->ops != &uring_ops || kind < OP_OPENAT || kind >= OP_KIND_COUNT)
+        return kind <= OP_FDATASYNC;
+    int op = kind_opcode[kind];
+    return (e->b.ring.opmask[op / 64] >> (op % 64)) & 1;
+}
+
+/* SQE fields of the path and descriptor operations. */
+static void prep_path_op(struct io_uring_sqe *sqe, op_t *op)
+{
+    sqe->opcode = (uint8_t)kind_opcode[op->kind];
+    sqe->addr = (uint64_t)(uintptr_t)op->buf;
+    switch (op->kind) {
+    case OP_OPENAT:
+        sqe->len = op->mode;
+        sqe->open_flags = (uint32_t)op->oflags;
+        break;
+    case OP_STATX:
+        sqe->len = op->mode;  /* the mask */
+        sqe->statx_flags = (uint32_t)op->oflags;
+        sqe->off = (uint64_t)(uintptr_t)op->bounce;
+        break;
+    case OP_UNLINKAT:
+        sqe->unlink_flags = (uint32_t)op->oflags;
+        break;
+    case OP_RENAMEAT:
+    case OP_LINKAT:
+        sqe->len = (uint32_t)op->fd2;
+        sqe->off = (uint64_t)(uintptr_t)op->buf2;
+        sqe->rename_flags = (uint32_t)op->oflags;  /* hardlink_flags shares the field */
+        break;
+    case OP_MKDIRAT:
+        sqe->len = op->mode;
+        break;
+    case OP_SYMLINKAT:
+        sqe->fd = op->fd2;
+        sqe->off = (uint64_t)(uintptr_t)op->buf2;
+        break;
+    case OP_FALLOCATE:
+        sqe->off = (uint64_t)op->off;
+        sqe->addr = op->len;  /* the length travels in addr */
+        sqe->len = op->mode;
+        break;
+    case OP_FTRUNCATE:
+        sqe->off = (uint64_t)op->off;
+        sqe->addr = 0;
+        break;
+    default:  /* OP_CLOSE */
+        sqe->addr = 0;
+        break;
+    }
+}
+
 int uring_probe(unsigned *flags_out, char *why, size_t whylen)
 {
     struct io_uring_params p;
@@ -209,6 +292,8 @@ int uring_create(engine_t *e, unsigned entries, unsigned force_flags, int use_fo
         rc = -EINVAL;
     if (rc == 0)
         rc = sys_register(r->fd, IORING_REGISTER_EVENTFD, &e->efd, 1);
+    if (rc == 0)
+        probe_opcodes(r);
     if (rc < 0) {
         snprintf(why, whylen, "io_uring ring set-up (mmap / register eventfd) failed");
         uring_ops.destroy(e);
@@ -253,6 +338,9 @@ static int u_prep(engine_t *e, op_t *op, uint32_t idx)
     case OP_FDATASYNC:
         sqe->opcode = IORING_OP_FSYNC;
         sqe->fsync_flags = op->kind == OP_FDATASYNC ? IORING_FSYNC_DATASYNC : 0;
+        break;
+    default:
+        prep_path_op(sqe, op);
         break;
     }
     e->st.submitted++;

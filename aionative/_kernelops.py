@@ -1,0 +1,205 @@
+"""Path and descriptor operations as coroutines with ``os``'s signatures and errors.
+
+On io_uring they are kernel operations (``openat``, ``close``, ``statx``, ``unlinkat``,
+``renameat``, ``mkdirat``, ``symlinkat``, ``linkat``, ``fallocate``, ``ftruncate`` — whichever
+the kernel's opcode probe reports), so they never touch a thread. Elsewhere (Linux AIO, the
+threads backend, an older kernel) they run in the loop's default executor, as aiofiles does.
+Errors are what ``os`` raises: the same ``OSError`` subclass, errno, message and filenames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ._engine import EngineLike, get_engine
+
+T = TypeVar("T")
+StrPath = str | bytes | os.PathLike[str] | os.PathLike[bytes]
+
+AT_FDCWD: int = getattr(os, "AT_FDCWD", -100)
+_AT_REMOVEDIR = 0x200
+_AT_SYMLINK_NOFOLLOW = 0x100
+_AT_SYMLINK_FOLLOW = 0x400
+_AT_EMPTY_PATH = 0x1000
+_STATX_BASIC_STATS = 0x7FF
+
+
+async def _run(eng: EngineLike, fut: asyncio.Future[T]) -> T:
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        eng.cancel(fut)  # an openat that completes anyway has its descriptor closed
+        raise
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
+
+
+async def _run_open(eng: EngineLike | None, fut: asyncio.Future[int]) -> int:
+    """Await an open; a descriptor that arrives for a cancelled caller is closed, not leaked
+    (aiofiles leaks it: a thread's os.open cannot be stopped)."""
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        if eng is not None:
+            eng.cancel(fut)  # the engine closes what the kernel opens after this
+        fut.add_done_callback(_close_result)
+        raise
+
+
+def _close_result(fut: asyncio.Future[int]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        os.close(fut.result())
+
+
+def _native(name: str) -> EngineLike | None:
+    eng = get_engine()
+    supports = getattr(eng, "supports", None)
+    return eng if supports is not None and supports(name) else None
+
+
+def _dirfd(dir_fd: int | None) -> int:
+    return AT_FDCWD if dir_fd is None else dir_fd
+
+
+def stat_result(t: tuple[int, ...]) -> os.stat_result:
+    """An ``os.stat_result`` equal to what ``os.stat`` builds, from the engine's statx tuple."""
+    (mode, ino, dev_major, dev_minor, nlink, uid, gid, size, a_s, a_ns, m_s, m_ns, c_s, c_ns,
+     _b_s, _b_ns, blksize, blocks, rdev_major, rdev_minor, _mask, _attrs, _attrs_mask) = t
+    return os.stat_result(
+        (mode, ino, os.makedev(dev_major, dev_minor), nlink, uid, gid, size, a_s, m_s, c_s),
+        {"st_atime": a_s + a_ns * 1e-9, "st_mtime": m_s + m_ns * 1e-9,
+         "st_ctime": c_s + c_ns * 1e-9, "st_atime_ns": a_s * 10**9 + a_ns,
+         "st_mtime_ns": m_s * 10**9 + m_ns, "st_ctime_ns": c_s * 10**9 + c_ns,
+         "st_blksize": blksize, "st_blocks": blocks,
+         "st_rdev": os.makedev(rdev_major, rdev_minor)})
+
+
+async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
+                  dir_fd: int | None = None) -> int:
+    """``os.open``: the new descriptor is non-inheritable, as ``os.open`` makes it."""
+    eng = _native("openat")
+    if eng is None:
+        loop = asyncio.get_running_loop()
+        return await _run_open(None, loop.run_in_executor(
+            None, functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)))
+    fut = eng.openat(_dirfd(dir_fd), os.fsencode(path), flags | os.O_CLOEXEC,  # type: ignore[attr-defined]
+                     mode, os.fspath(path))
+    return await _run_open(eng, fut)
+
+
+async def close_fd(fd: int) -> None:
+    """``os.close``."""
+    eng = _native("close")
+    if eng is None:
+        return await _in_thread(os.close, fd)
+    await _run(eng, eng.close_fd(fd))  # type: ignore[attr-defined]
+
+
+async def stat(path: StrPath, *, dir_fd: int | None = None,
+               follow_symlinks: bool = True) -> os.stat_result:
+    """``os.stat`` (``lstat`` with ``follow_symlinks=False``)."""
+    eng = _native("statx")
+    if eng is None:
+        return await _in_thread(os.stat, path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+    flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
+    fut = eng.statx(_dirfd(dir_fd), os.fsencode(path), flags,  # type: ignore[attr-defined]
+                    _STATX_BASIC_STATS, os.fspath(path))
+    return stat_result(await _run(eng, fut))
+
+
+async def fstat(fd: int) -> os.stat_result:
+    """``os.fstat``."""
+    eng = _native("statx")
+    if eng is None:
+        return await _in_thread(os.fstat, fd)
+    fut = eng.statx(fd.__index__(), b"", _AT_EMPTY_PATH, _STATX_BASIC_STATS,  # type: ignore[attr-defined]
+                    None)
+    return stat_result(await _run(eng, fut))
+
+
+async def unlink(path: StrPath, *, dir_fd: int | None = None) -> None:
+    """``os.unlink`` / ``os.remove``."""
+    eng = _native("unlinkat")
+    if eng is None:
+        return await _in_thread(os.unlink, path, dir_fd=dir_fd)
+    await _run(eng, eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), 0, os.fspath(path)))  # type: ignore[attr-defined]
+
+
+async def rmdir(path: StrPath, *, dir_fd: int | None = None) -> None:
+    """``os.rmdir``."""
+    eng = _native("unlinkat")
+    if eng is None:
+        return await _in_thread(os.rmdir, path, dir_fd=dir_fd)
+    fut = eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), _AT_REMOVEDIR, os.fspath(path))  # type: ignore[attr-defined]
+    await _run(eng, fut)
+
+
+async def mkdir(path: StrPath, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+    """``os.mkdir``."""
+    eng = _native("mkdirat")
+    if eng is None:
+        return await _in_thread(os.mkdir, path, mode, dir_fd=dir_fd)
+    await _run(eng, eng.mkdirat(_dirfd(dir_fd), os.fsencode(path), mode, os.fspath(path)))  # type: ignore[attr-defined]
+
+
+async def rename(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
+                 dst_dir_fd: int | None = None) -> None:
+    """``os.rename`` (on POSIX also ``os.replace``)."""
+    eng = _native("renameat")
+    if eng is None:
+        return await _in_thread(os.rename, src, dst, src_dir_fd=src_dir_fd,
+                                dst_dir_fd=dst_dir_fd)
+    fut = eng.renameat(_dirfd(src_dir_fd), os.fsencode(src),  # type: ignore[attr-defined]
+                       _dirfd(dst_dir_fd), os.fsencode(dst), 0, os.fspath(src), os.fspath(dst))
+    await _run(eng, fut)
+
+
+replace = rename
+
+
+async def link(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
+               dst_dir_fd: int | None = None, follow_symlinks: bool = True) -> None:
+    """``os.link``."""
+    eng = _native("linkat")
+    if eng is None:
+        return await _in_thread(os.link, src, dst, src_dir_fd=src_dir_fd,
+                                dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
+    flags = _AT_SYMLINK_FOLLOW if follow_symlinks else 0
+    fut = eng.linkat(_dirfd(src_dir_fd), os.fsencode(src),  # type: ignore[attr-defined]
+                     _dirfd(dst_dir_fd), os.fsencode(dst), flags, os.fspath(src),
+                     os.fspath(dst))
+    await _run(eng, fut)
+
+
+async def symlink(src: StrPath, dst: StrPath, target_is_directory: bool = False, *,
+                  dir_fd: int | None = None) -> None:
+    """``os.symlink``."""
+    eng = _native("symlinkat")
+    if eng is None:
+        return await _in_thread(os.symlink, src, dst, target_is_directory, dir_fd=dir_fd)
+    fut = eng.symlinkat(os.fsencode(src), _dirfd(dir_fd), os.fsencode(dst),  # type: ignore[attr-defined]
+                        os.fspath(src), os.fspath(dst))
+    await _run(eng, fut)
+
+
+async def ftruncate(fd: int, length: int) -> None:
+    """``os.ftruncate`` (a kernel operation from Linux 6.9)."""
+    eng = _native("ftruncate")
+    if eng is None:
+        return await _in_thread(os.ftruncate, fd, length)
+    await _run(eng, eng.ftruncate(fd, length))  # type: ignore[attr-defined]
+
+
+async def posix_fallocate(fd: int, offset: int, length: int) -> None:
+    """``os.posix_fallocate`` (``fallocate(2)`` with mode 0)."""
+    eng = _native("fallocate")
+    if eng is None:
+        return await _in_thread(os.posix_fallocate, fd, offset, length)
+    await _run(eng, eng.fallocate(fd, 0, offset, length))  # type: ignore[attr-defined]

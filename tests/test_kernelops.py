@@ -1,0 +1,150 @@
+"""Path and descriptor operations against the os functions they stand for: results, errors
+(type, errno, filenames), and no descriptor leaked by a cancelled open."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aionative
+from aionative import _kernelops as k
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
+
+
+def _err(fn: Callable[[], Any]) -> tuple[Any, ...]:
+    try:
+        fn()
+    except OSError as e:
+        return type(e), e.errno, e.strerror, e.filename, e.filename2
+    raise AssertionError("expected OSError")
+
+
+async def _aerr(coro: Awaitable[Any]) -> tuple[Any, ...]:
+    try:
+        await coro
+    except OSError as e:
+        return type(e), e.errno, e.strerror, e.filename, e.filename2
+    raise AssertionError("expected OSError")
+
+
+async def test_uses_the_kernel_on_io_uring(backend: str) -> None:
+    eng = aionative.get_engine()
+    supports = getattr(eng, "supports", lambda name: False)
+    if backend == "io_uring":
+        assert all(supports(n) for n in ("openat", "close", "statx", "unlinkat", "renameat",
+                                          "mkdirat", "symlinkat", "linkat", "fallocate"))
+    else:
+        assert not supports("openat")
+
+
+async def test_open_close_stat_match_os(tmp_path: Path) -> None:
+    path = tmp_path / "f.txt"
+    fd = await k.open_fd(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o640)
+    try:
+        assert not os.get_inheritable(fd)  # as os.open makes it
+        assert await aionative.pwrite(fd, b"hello world", 0) == 11
+        for p in (path, str(path), bytes(path)):
+            assert await k.stat(p) == os.stat(p)
+        assert await k.fstat(fd) == os.fstat(fd)
+        st = await k.stat(path)
+        assert st.st_mode & 0o777 == 0o640 and st.st_size == 11
+        await k.ftruncate(fd, 3)
+        assert os.fstat(fd).st_size == 3
+        await k.posix_fallocate(fd, 0, 65536)
+        assert os.fstat(fd).st_size == 65536
+    finally:
+        await k.close_fd(fd)
+    assert _err(lambda: os.fstat(fd))[:2] == (OSError, 9)
+
+
+async def test_lstat_and_symlinks(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.write_bytes(b"x")
+    link = tmp_path / "link"
+    await k.symlink(target, link)
+    assert os.readlink(link) == str(target)
+    assert await k.stat(link, follow_symlinks=False) == os.lstat(link)
+    assert await k.stat(link) == os.stat(link)
+    hard = tmp_path / "hard"
+    await k.link(target, hard)
+    assert os.stat(hard).st_ino == os.stat(target).st_ino
+    await k.unlink(link)
+    assert not link.exists()
+
+
+async def test_directories_and_rename(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    await k.mkdir(d, 0o750)
+    assert d.is_dir() and (os.stat(d).st_mode & 0o777) == (0o750 & ~_umask())
+    dirfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        await k.rename("d", "e", src_dir_fd=dirfd, dst_dir_fd=dirfd)
+        assert (tmp_path / "e").is_dir()
+        (tmp_path / "e" / "f").write_bytes(b"1")
+        await k.replace(tmp_path / "e" / "f", tmp_path / "g")
+        assert (tmp_path / "g").read_bytes() == b"1"
+        await k.rmdir("e", dir_fd=dirfd)
+        assert not (tmp_path / "e").exists()
+    finally:
+        os.close(dirfd)
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+async def test_errors_match_os(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    (tmp_path / "exists").write_bytes(b"")
+    (tmp_path / "adir").mkdir()
+    cases: list[tuple[Callable[[], Any], Callable[[], Awaitable[Any]]]] = [
+        (lambda: os.open(missing, os.O_RDONLY), lambda: k.open_fd(missing, os.O_RDONLY)),
+        (lambda: os.open(str(tmp_path / "exists"), os.O_CREAT | os.O_EXCL),
+         lambda: k.open_fd(str(tmp_path / "exists"), os.O_CREAT | os.O_EXCL)),
+        (lambda: os.stat(missing), lambda: k.stat(missing)),
+        (lambda: os.stat(bytes(missing)), lambda: k.stat(bytes(missing))),
+        (lambda: os.unlink(missing), lambda: k.unlink(missing)),
+        (lambda: os.unlink(tmp_path / "adir"), lambda: k.unlink(tmp_path / "adir")),
+        (lambda: os.rmdir(tmp_path / "exists"), lambda: k.rmdir(tmp_path / "exists")),
+        (lambda: os.mkdir(tmp_path / "adir"), lambda: k.mkdir(tmp_path / "adir")),
+        (lambda: os.rename(missing, tmp_path / "x"), lambda: k.rename(missing, tmp_path / "x")),
+        (lambda: os.link(missing, tmp_path / "y"), lambda: k.link(missing, tmp_path / "y")),
+        (lambda: os.symlink("t", tmp_path / "exists"),
+         lambda: k.symlink("t", tmp_path / "exists")),
+        (lambda: os.fstat(-1), lambda: k.fstat(-1)),
+        (lambda: os.close(-1), lambda: k.close_fd(-1)),
+        (lambda: os.ftruncate(-1, 0), lambda: k.ftruncate(-1, 0)),
+    ]
+    for sync, ours in cases:
+        assert await _aerr(ours()) == _err(sync)
+    with pytest.raises(ValueError, match="embedded null byte"):
+        await k.stat("a\0b")
+
+
+async def test_cancelled_opens_leak_no_descriptor(tmp_path: Path) -> None:
+    path = tmp_path / "c"
+    path.write_bytes(b"x")
+    aionative.get_engine()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        tasks = [asyncio.ensure_future(k.open_fd(path, os.O_RDONLY)) for _ in range(50)]
+        await asyncio.sleep(0)
+        for t in tasks[::2]:
+            t.cancel()
+        for r in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(r, int):
+                os.close(r)
+    for _ in range(200):  # abandoned opens finish in the kernel, then their fds are closed
+        if aionative.engine_stats()["in_flight"] == 0:
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)  # executor-side opens (non-io_uring) may still be returning
+    assert len(os.listdir("/proc/self/fd")) <= before
