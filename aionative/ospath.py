@@ -1,0 +1,92 @@
+"""``aiofiles.ospath``, served by the engine: ``aionative.ospath`` is also ``aionative.os.path``.
+
+The stat-based predicates use the kernel's ``statx`` on io_uring (no thread); the rest run in
+the loop's executor, as aiofiles does. Semantics are ``os.path``'s (``exists`` is ``False``
+for any ``OSError`` or ``ValueError``, and so on)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat as _stat
+from collections.abc import Callable
+from concurrent.futures import Executor
+from functools import partial, wraps
+from typing import Any, ParamSpec, TypeVar
+
+from . import _kernelops as _k
+
+P = ParamSpec("P")
+T = TypeVar("T")
+StrPath = _k.StrPath
+
+__all__ = ["abspath", "exists", "getatime", "getctime", "getmtime", "getsize", "isdir",
+           "isfile", "islink", "ismount", "samefile", "sameopenfile", "wrap"]
+
+
+def wrap(func: Callable[P, T]) -> Callable[..., Any]:
+    """Run ``func`` in ``executor`` (default: the loop's) and await it, as ``aiofiles.os.wrap``."""
+
+    @wraps(func)
+    async def run(*args: Any, loop: asyncio.AbstractEventLoop | None = None,
+                  executor: Executor | None = None, **kwargs: Any) -> T:
+        loop = loop or asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, partial(func, *args, **kwargs))
+
+    return run
+
+
+abspath = wrap(os.path.abspath)
+ismount = wrap(os.path.ismount)
+
+
+async def _stat_or_none(path: StrPath, follow_symlinks: bool = True) -> os.stat_result | None:
+    try:
+        return await _k.stat(path, follow_symlinks=follow_symlinks)
+    except (OSError, ValueError):
+        return None
+
+
+async def exists(path: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+    return await _stat_or_none(path) is not None
+
+
+async def isfile(path: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+    st = await _stat_or_none(path)
+    return st is not None and _stat.S_ISREG(st.st_mode)
+
+
+async def isdir(path: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+    st = await _stat_or_none(path)
+    return st is not None and _stat.S_ISDIR(st.st_mode)
+
+
+async def islink(path: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+    st = await _stat_or_none(path, follow_symlinks=False)
+    return st is not None and _stat.S_ISLNK(st.st_mode)
+
+
+async def getsize(path: StrPath, *, loop: Any = None, executor: Any = None) -> int:
+    return (await _k.stat(path)).st_size
+
+
+async def getmtime(path: StrPath, *, loop: Any = None, executor: Any = None) -> float:
+    return (await _k.stat(path)).st_mtime
+
+
+async def getatime(path: StrPath, *, loop: Any = None, executor: Any = None) -> float:
+    return (await _k.stat(path)).st_atime
+
+
+async def getctime(path: StrPath, *, loop: Any = None, executor: Any = None) -> float:
+    return (await _k.stat(path)).st_ctime
+
+
+async def samefile(f1: StrPath, f2: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+    s1, s2 = await asyncio.gather(_k.stat(f1), _k.stat(f2))
+    return os.path.samestat(s1, s2)
+
+
+async def sameopenfile(fp1: int, fp2: int, *, loop: Any = None, executor: Any = None) -> bool:
+    s1, s2 = await asyncio.gather(_k.fstat(fp1), _k.fstat(fp2))
+    return os.path.samestat(s1, s2)
