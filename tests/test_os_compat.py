@@ -13,7 +13,7 @@ import aionative.ospath as aospath
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
 
 
-def test_module_shape() -> None:
+async def test_module_shape() -> None:
     assert aos.path is aospath
     for name in ("stat", "rename", "renames", "replace", "remove", "unlink", "mkdir",
                  "makedirs", "rmdir", "removedirs", "symlink", "readlink", "listdir", "scandir",
