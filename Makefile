@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install build debug asan test bench bench-pytest lint typecheck clean
+.PHONY: help install build debug asan test bench bench-pytest docs lint typecheck clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -42,6 +42,10 @@ bench: build ## the benchmark comparison: aionative vs aiofiles vs executor vs s
 
 bench-pytest: build ## the pytest-benchmark suite
 	$(PY) -m pytest bench/ --benchmark-only -p no:randomly
+
+docs: $(STAMP) ## build the documentation site into site/ (mkdocs)
+	$(PY) -m pip install -q 'mkdocs>=1.6'
+	$(PY) -m mkdocs build --strict
 
 lint: $(STAMP) ## ruff
 	$(PY) -m ruff check aionative tests bench
