@@ -11,34 +11,16 @@ import os
 import threading
 import weakref
 from collections.abc import AsyncGenerator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import _backend
 from ._threads import ThreadsEngine
 
+if TYPE_CHECKING:
+    from ._core import Engine as NativeEngine
 
-class EngineLike(Protocol):
-    """What the rest of the package needs of an engine (native or threads)."""
-
-    @property
-    def backend(self) -> Any: ...
-    @property
-    def closed(self) -> bool: ...
-    @property
-    def forked(self) -> bool: ...
-    @property
-    def in_flight(self) -> int: ...
-
-    def pread(self, fd: int, size: int, offset: int, /) -> asyncio.Future[bytes]: ...
-    def preadinto(self, fd: int, buffer: Any, offset: int, /) -> asyncio.Future[int]: ...
-    def pwrite(self, fd: int, data: Any, offset: int, /) -> asyncio.Future[int]: ...
-    def fsync(self, fd: int, /) -> asyncio.Future[None]: ...
-    def fdatasync(self, fd: int, /) -> asyncio.Future[None]: ...
-    def cancel(self, future: asyncio.Future[Any], /) -> bool: ...
-    def fileno(self) -> int: ...
-    def close(self) -> None: ...
-    def stats(self) -> dict[str, int]: ...
-    def info(self) -> dict[str, Any]: ...
+#: What serves a loop: the C engine (io_uring, Linux AIO) or the thread-pool fallback.
+EngineLike: TypeAlias = "NativeEngine | ThreadsEngine"
 
 
 class _Closed:
@@ -88,7 +70,7 @@ class _Entry:
     @property
     def engine(self) -> EngineLike:
         eng = self._engine_ref()
-        return _CLOSED if eng is None else eng  # type: ignore[return-value]
+        return _CLOSED if eng is None else eng  # type: ignore[return-value]  # a closed stand-in
 
 
 async def _watch_loop(entry: _Entry) -> AsyncGenerator[None, None]:

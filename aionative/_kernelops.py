@@ -13,9 +13,13 @@ import asyncio
 import functools
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._engine import EngineLike, get_engine
+from ._engine import get_engine
+from ._threads import ThreadsEngine
+
+if TYPE_CHECKING:
+    from ._core import Engine
 
 T = TypeVar("T")
 StrPath = str | bytes | os.PathLike[str] | os.PathLike[bytes]
@@ -28,7 +32,7 @@ _AT_EMPTY_PATH = 0x1000
 _STATX_BASIC_STATS = 0x7FF
 
 
-async def _run(eng: EngineLike, fut: asyncio.Future[T]) -> T:
+async def _run(eng: Engine, fut: asyncio.Future[T]) -> T:
     try:
         return await fut
     except asyncio.CancelledError:
@@ -41,7 +45,7 @@ async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
 
 
-async def _run_open(eng: EngineLike | None, fut: asyncio.Future[int]) -> int:
+async def _run_open(eng: Engine | None, fut: asyncio.Future[int]) -> int:
     """Await an open; a descriptor that arrives for a cancelled caller is closed, not leaked
     (aiofiles leaks it: a thread's os.open cannot be stopped)."""
     try:
@@ -58,10 +62,12 @@ def _close_result(fut: asyncio.Future[int]) -> None:
         os.close(fut.result())
 
 
-def _native(name: str) -> EngineLike | None:
+def _native(name: str) -> Engine | None:
+    """The running loop's engine if the kernel runs `name` for it, else None (use a thread)."""
     eng = get_engine()
-    supports = getattr(eng, "supports", None)
-    return eng if supports is not None and supports(name) else None
+    if isinstance(eng, ThreadsEngine) or not eng.supports(name):
+        return None
+    return eng
 
 
 def _dirfd(dir_fd: int | None) -> int:
@@ -89,7 +95,7 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
         loop = asyncio.get_running_loop()
         return await _run_open(None, loop.run_in_executor(
             None, functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)))
-    fut = eng.openat(_dirfd(dir_fd), os.fsencode(path), flags | os.O_CLOEXEC,  # type: ignore[attr-defined]
+    fut = eng.openat(_dirfd(dir_fd), os.fsencode(path), flags | os.O_CLOEXEC,
                      mode, os.fspath(path))
     return await _run_open(eng, fut)
 
@@ -99,7 +105,7 @@ async def close_fd(fd: int) -> None:
     eng = _native("close")
     if eng is None:
         return await _in_thread(os.close, fd)
-    await _run(eng, eng.close_fd(fd))  # type: ignore[attr-defined]
+    await _run(eng, eng.close_fd(fd))
 
 
 async def stat(path: StrPath, *, dir_fd: int | None = None,
@@ -109,7 +115,7 @@ async def stat(path: StrPath, *, dir_fd: int | None = None,
     if eng is None:
         return await _in_thread(os.stat, path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
     flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
-    fut = eng.statx(_dirfd(dir_fd), os.fsencode(path), flags,  # type: ignore[attr-defined]
+    fut = eng.statx(_dirfd(dir_fd), os.fsencode(path), flags,
                     _STATX_BASIC_STATS, os.fspath(path))
     return stat_result(await _run(eng, fut))
 
@@ -119,7 +125,7 @@ async def fstat(fd: int) -> os.stat_result:
     eng = _native("statx")
     if eng is None:
         return await _in_thread(os.fstat, fd)
-    fut = eng.statx(fd.__index__(), b"", _AT_EMPTY_PATH, _STATX_BASIC_STATS,  # type: ignore[attr-defined]
+    fut = eng.statx(fd.__index__(), b"", _AT_EMPTY_PATH, _STATX_BASIC_STATS,
                     None)
     return stat_result(await _run(eng, fut))
 
@@ -129,7 +135,7 @@ async def unlink(path: StrPath, *, dir_fd: int | None = None) -> None:
     eng = _native("unlinkat")
     if eng is None:
         return await _in_thread(os.unlink, path, dir_fd=dir_fd)
-    await _run(eng, eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), 0, os.fspath(path)))  # type: ignore[attr-defined]
+    await _run(eng, eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), 0, os.fspath(path)))
 
 
 async def rmdir(path: StrPath, *, dir_fd: int | None = None) -> None:
@@ -137,7 +143,7 @@ async def rmdir(path: StrPath, *, dir_fd: int | None = None) -> None:
     eng = _native("unlinkat")
     if eng is None:
         return await _in_thread(os.rmdir, path, dir_fd=dir_fd)
-    fut = eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), _AT_REMOVEDIR, os.fspath(path))  # type: ignore[attr-defined]
+    fut = eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), _AT_REMOVEDIR, os.fspath(path))
     await _run(eng, fut)
 
 
@@ -146,7 +152,7 @@ async def mkdir(path: StrPath, mode: int = 0o777, *, dir_fd: int | None = None) 
     eng = _native("mkdirat")
     if eng is None:
         return await _in_thread(os.mkdir, path, mode, dir_fd=dir_fd)
-    await _run(eng, eng.mkdirat(_dirfd(dir_fd), os.fsencode(path), mode, os.fspath(path)))  # type: ignore[attr-defined]
+    await _run(eng, eng.mkdirat(_dirfd(dir_fd), os.fsencode(path), mode, os.fspath(path)))
 
 
 async def rename(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
@@ -156,7 +162,7 @@ async def rename(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
     if eng is None:
         return await _in_thread(os.rename, src, dst, src_dir_fd=src_dir_fd,
                                 dst_dir_fd=dst_dir_fd)
-    fut = eng.renameat(_dirfd(src_dir_fd), os.fsencode(src),  # type: ignore[attr-defined]
+    fut = eng.renameat(_dirfd(src_dir_fd), os.fsencode(src),
                        _dirfd(dst_dir_fd), os.fsencode(dst), 0, os.fspath(src), os.fspath(dst))
     await _run(eng, fut)
 
@@ -172,7 +178,7 @@ async def link(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
         return await _in_thread(os.link, src, dst, src_dir_fd=src_dir_fd,
                                 dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
     flags = _AT_SYMLINK_FOLLOW if follow_symlinks else 0
-    fut = eng.linkat(_dirfd(src_dir_fd), os.fsencode(src),  # type: ignore[attr-defined]
+    fut = eng.linkat(_dirfd(src_dir_fd), os.fsencode(src),
                      _dirfd(dst_dir_fd), os.fsencode(dst), flags, os.fspath(src),
                      os.fspath(dst))
     await _run(eng, fut)
@@ -184,7 +190,7 @@ async def symlink(src: StrPath, dst: StrPath, target_is_directory: bool = False,
     eng = _native("symlinkat")
     if eng is None:
         return await _in_thread(os.symlink, src, dst, target_is_directory, dir_fd=dir_fd)
-    fut = eng.symlinkat(os.fsencode(src), _dirfd(dir_fd), os.fsencode(dst),  # type: ignore[attr-defined]
+    fut = eng.symlinkat(os.fsencode(src), _dirfd(dir_fd), os.fsencode(dst),
                         os.fspath(src), os.fspath(dst))
     await _run(eng, fut)
 
@@ -194,7 +200,7 @@ async def ftruncate(fd: int, length: int) -> None:
     eng = _native("ftruncate")
     if eng is None:
         return await _in_thread(os.ftruncate, fd, length)
-    await _run(eng, eng.ftruncate(fd, length))  # type: ignore[attr-defined]
+    await _run(eng, eng.ftruncate(fd, length))
 
 
 async def posix_fallocate(fd: int, offset: int, length: int) -> None:
@@ -202,4 +208,4 @@ async def posix_fallocate(fd: int, offset: int, length: int) -> None:
     eng = _native("fallocate")
     if eng is None:
         return await _in_thread(os.posix_fallocate, fd, offset, length)
-    await _run(eng, eng.fallocate(fd, 0, offset, length))  # type: ignore[attr-defined]
+    await _run(eng, eng.fallocate(fd, 0, offset, length))

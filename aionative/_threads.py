@@ -135,10 +135,6 @@ class ThreadsEngine:
     def fdatasync(self, fd: int) -> asyncio.Future[None]:
         return self._submit(os.fdatasync, index(fd))
 
-    def supports(self, name: str) -> bool:
-        """No kernel operations here: path operations run in the loop's executor."""
-        return False
-
     def cancel(self, future: asyncio.Future[Any]) -> bool:
         # A running os.pread cannot be interrupted; its buffer stays referenced by the worker
         # until it returns, so nothing is freed under it.
