@@ -24,6 +24,7 @@ static engine_t *g_engines;           /* list of live engines (for fork and coun
 gcounters_t g_count;
 int fault_errno[FP_COUNT];
 int fault_count[FP_COUNT];
+int fault_skip[FP_COUNT];
 
 #define MAX_RETRIES 16
 

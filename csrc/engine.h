@@ -237,7 +237,8 @@ void kaio_pool_drain(void);
 void kaio_after_fork_child(void);
 
 /* Fault injection: a test-only mechanism compiled into every build (one load per call site).
- * A point armed with (errno, count) makes its next `count` calls fail with -errno. */
+ * A point armed with (errno, count, after) lets `after` calls pass, then makes the next
+ * `count` calls fail with -errno. */
 enum fault_point {
     FP_URING_SETUP,
     FP_URING_ENTER,
@@ -250,13 +251,19 @@ enum fault_point {
 };
 extern int fault_errno[FP_COUNT];
 extern int fault_count[FP_COUNT];
+extern int fault_skip[FP_COUNT];   /* calls that pass before the point starts failing */
 static inline int fault_hit(enum fault_point p)
 {
     if (__builtin_expect(fault_count[p] == 0, 1))
         return 0;
+    if (fault_skip[p] > 0) {
+        fault_skip[p]--;
+        return 0;
+    }
     if (fault_count[p] > 0)
         fault_count[p]--;
-    return -fault_errno[p];
+    /* nonzero whenever the point fires, even armed with errno 0 (FP_SHORT ignores it) */
+    return fault_errno[p] ? -fault_errno[p] : -1;
 }
 
 /* Process-wide resource counters (read by tests: every one returns to its start). */

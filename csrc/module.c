@@ -45,18 +45,19 @@ static const char *const fault_names[FP_COUNT] = {
     [FP_DIRECT_OPEN] = "direct_open",
 };
 
-/* set_fault(point, errno, count): the point's next `count` calls fail with errno
- * (count -1: until cleared). Test-only. */
+/* set_fault(point, errno, count, after=0): after `after` calls pass, the point's next `count`
+ * calls fail with errno (count -1: until cleared). Test-only. */
 static PyObject *set_fault(PyObject *m, PyObject *args)
 {
     const char *name;
-    int err, count;
-    if (!PyArg_ParseTuple(args, "sii:set_fault", &name, &err, &count))
+    int err, count, after = 0;
+    if (!PyArg_ParseTuple(args, "sii|i:set_fault", &name, &err, &count, &after))
         return NULL;
     for (int i = 0; i < FP_COUNT; i++) {
         if (strcmp(name, fault_names[i]) == 0) {
             fault_errno[i] = err;
             fault_count[i] = count;
+            fault_skip[i] = after;
             Py_RETURN_NONE;
         }
     }
@@ -66,6 +67,7 @@ static PyObject *set_fault(PyObject *m, PyObject *args)
 static PyObject *clear_faults(PyObject *m, PyObject *unused)
 {
     memset(fault_count, 0, sizeof fault_count);
+    memset(fault_skip, 0, sizeof fault_skip);
     Py_RETURN_NONE;
 }
 

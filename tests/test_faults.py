@@ -1,0 +1,98 @@
+"""Injected kernel faults at the engine's boundaries (aionative._core.set_fault): each ends in a
+transparent retry or continuation, or a clear OSError for the awaiting caller — never a hang,
+a lost completion, or a write reported complete that was not."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import aionative
+from aionative import _core
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("native_backend")]
+
+
+def _within(coro: object) -> object:
+    return asyncio.wait_for(coro, 20)  # type: ignore[arg-type]
+
+
+async def test_completion_error_reaches_the_caller(data_file: tuple[Path, bytes],
+                                                   fd_of: Callable[..., int]) -> None:
+    path, data = data_file
+    fd = fd_of(path)
+    aionative.get_engine()
+    _core.set_fault("completion", errno.EIO, 1)
+    with pytest.raises(OSError) as info:
+        await _within(aionative.pread(fd, 100, 0))
+    assert info.value.errno == errno.EIO
+    assert await _within(aionative.pread(fd, 100, 0)) == data[:100]  # and it carries on
+
+
+@pytest.mark.parametrize("err", [errno.EINTR, errno.EAGAIN])
+async def test_interrupted_completions_are_retried(data_file: tuple[Path, bytes],
+                                                   fd_of: Callable[..., int], err: int) -> None:
+    path, data = data_file
+    fd = fd_of(path)
+    before = aionative.engine_stats()["retries"]
+    _core.set_fault("completion", err, 3)
+    assert await _within(aionative.pread(fd, 5000, 10)) == data[10:5010]
+    assert aionative.engine_stats()["retries"] - before >= 3
+
+
+async def test_short_writes_continue(tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = fd_of(tmp_path / "w", os.O_RDWR | os.O_CREAT)
+    payload = os.urandom(100_000)
+    before = aionative.engine_stats()["retries"]
+    _core.set_fault("short", 0, 5)  # the next 5 transfers move half of what they did
+    assert await _within(aionative.pwrite(fd, payload, 0)) == len(payload)
+    assert os.pread(fd, len(payload) + 10, 0) == payload
+    assert aionative.engine_stats()["retries"] - before == 5  # five continuations happened
+
+
+async def test_write_error_after_partial_progress_says_how_much(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = fd_of(tmp_path / "w", os.O_RDWR | os.O_CREAT)
+    payload = os.urandom(64_000)
+    aionative.get_engine()
+    _core.set_fault("short", 0, 1)                         # first piece: half written
+    _core.set_fault("completion", errno.ENOSPC, 1, 1)      # the continuation: ENOSPC
+    with pytest.raises(OSError) as info:
+        await _within(aionative.pwrite(fd, payload, 0))
+    assert info.value.errno == errno.ENOSPC
+    written = info.value.characters_written
+    assert 0 < written < len(payload)
+    assert os.pread(fd, written, 0) == payload[:written]
+
+
+async def test_submission_refused_then_accepted(native_backend: str, data_file: tuple[Path, bytes],
+                                                fd_of: Callable[..., int]) -> None:
+    path, data = data_file
+    fd = fd_of(path)
+    aionative.get_engine()
+    point = "io_uring_enter" if native_backend == "io_uring" else "io_submit"
+    _core.set_fault(point, errno.EAGAIN, 3)  # the kernel is short of resources, three times
+    got = await _within(asyncio.gather(*[aionative.pread(fd, 4096, i * 4096) for i in range(64)]))
+    assert got == [data[i * 4096:(i + 1) * 4096] for i in range(64)]
+
+
+async def test_fatal_submission_error_fails_the_batch_not_the_engine(
+        native_backend: str, data_file: tuple[Path, bytes], fd_of: Callable[..., int]) -> None:
+    path, data = data_file
+    fd = fd_of(path)
+    aionative.get_engine()
+    point, err = (("io_uring_enter", errno.EBADF) if native_backend == "io_uring"
+                  else ("io_submit", errno.EINVAL))
+    _core.set_fault(point, err, 1)
+    results = await _within(asyncio.gather(
+        *[aionative.pread(fd, 4096, i * 4096) for i in range(8)], return_exceptions=True))
+    failed = [r for r in results if isinstance(r, OSError)]
+    assert failed and all(r.errno == err for r in failed)
+    assert all(r == data[i * 4096:(i + 1) * 4096] for i, r in enumerate(results)
+               if not isinstance(r, BaseException))
+    assert await _within(aionative.pread(fd, 10, 0)) == data[:10]
