@@ -95,7 +95,6 @@ def _start_watch(entry: _Entry) -> None:
 
 
 def _forget(entry: _Entry) -> None:
-    loop = entry.loop_ref()
     with _lock:
         for key, e in list(_entries.items()):
             if e is entry:
@@ -108,7 +107,6 @@ def _forget(entry: _Entry) -> None:
     if entry.finalizer is not None:
         entry.finalizer.detach()
         entry.finalizer = None
-    del loop
 
 
 _entries: dict[int, _Entry] = {}      # id(loop) -> entry; guarded by _lock
@@ -150,7 +148,7 @@ def _sweep(current: asyncio.AbstractEventLoop | None = None) -> None:
     me = threading.get_ident()
     with _lock:
         dead = [(k, e) for k, e in _entries.items()
-                if e.thread == me and _finished(e.loop_ref()) and e.loop_ref() is not current]
+                if e.thread == me and _finished(loop := e.loop_ref()) and loop is not current]
         for k, _ in dead:
             del _entries[k]
     for _, e in dead:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._engine import get_engine
+from ._lowlevel import await_op
 from ._threads import ThreadsEngine
 
 if TYPE_CHECKING:
@@ -30,14 +31,6 @@ _AT_SYMLINK_NOFOLLOW = 0x100
 _AT_SYMLINK_FOLLOW = 0x400
 _AT_EMPTY_PATH = 0x1000
 _STATX_BASIC_STATS = 0x7FF
-
-
-async def _run(eng: Engine, fut: asyncio.Future[T]) -> T:
-    try:
-        return await fut
-    except asyncio.CancelledError:
-        eng.cancel(fut)  # an openat that completes anyway has its descriptor closed
-        raise
 
 
 async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -105,7 +98,7 @@ async def close_fd(fd: int) -> None:
     eng = _native("close")
     if eng is None:
         return await _in_thread(os.close, fd)
-    await _run(eng, eng.close_fd(fd))
+    await await_op(eng, eng.close_fd(fd))
 
 
 async def stat(path: StrPath, *, dir_fd: int | None = None,
@@ -117,7 +110,7 @@ async def stat(path: StrPath, *, dir_fd: int | None = None,
     flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
     fut = eng.statx(_dirfd(dir_fd), os.fsencode(path), flags,
                     _STATX_BASIC_STATS, os.fspath(path))
-    return stat_result(await _run(eng, fut))
+    return stat_result(await await_op(eng, fut))
 
 
 async def fstat(fd: int) -> os.stat_result:
@@ -127,7 +120,7 @@ async def fstat(fd: int) -> os.stat_result:
         return await _in_thread(os.fstat, fd)
     fut = eng.statx(fd.__index__(), b"", _AT_EMPTY_PATH, _STATX_BASIC_STATS,
                     None)
-    return stat_result(await _run(eng, fut))
+    return stat_result(await await_op(eng, fut))
 
 
 async def unlink(path: StrPath, *, dir_fd: int | None = None) -> None:
@@ -135,7 +128,7 @@ async def unlink(path: StrPath, *, dir_fd: int | None = None) -> None:
     eng = _native("unlinkat")
     if eng is None:
         return await _in_thread(os.unlink, path, dir_fd=dir_fd)
-    await _run(eng, eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), 0, os.fspath(path)))
+    await await_op(eng, eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), 0, os.fspath(path)))
 
 
 async def rmdir(path: StrPath, *, dir_fd: int | None = None) -> None:
@@ -144,7 +137,7 @@ async def rmdir(path: StrPath, *, dir_fd: int | None = None) -> None:
     if eng is None:
         return await _in_thread(os.rmdir, path, dir_fd=dir_fd)
     fut = eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), _AT_REMOVEDIR, os.fspath(path))
-    await _run(eng, fut)
+    await await_op(eng, fut)
 
 
 async def mkdir(path: StrPath, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
@@ -152,7 +145,7 @@ async def mkdir(path: StrPath, mode: int = 0o777, *, dir_fd: int | None = None) 
     eng = _native("mkdirat")
     if eng is None:
         return await _in_thread(os.mkdir, path, mode, dir_fd=dir_fd)
-    await _run(eng, eng.mkdirat(_dirfd(dir_fd), os.fsencode(path), mode, os.fspath(path)))
+    await await_op(eng, eng.mkdirat(_dirfd(dir_fd), os.fsencode(path), mode, os.fspath(path)))
 
 
 async def rename(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
@@ -164,7 +157,7 @@ async def rename(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
                                 dst_dir_fd=dst_dir_fd)
     fut = eng.renameat(_dirfd(src_dir_fd), os.fsencode(src),
                        _dirfd(dst_dir_fd), os.fsencode(dst), 0, os.fspath(src), os.fspath(dst))
-    await _run(eng, fut)
+    await await_op(eng, fut)
 
 
 replace = rename
@@ -181,7 +174,7 @@ async def link(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
     fut = eng.linkat(_dirfd(src_dir_fd), os.fsencode(src),
                      _dirfd(dst_dir_fd), os.fsencode(dst), flags, os.fspath(src),
                      os.fspath(dst))
-    await _run(eng, fut)
+    await await_op(eng, fut)
 
 
 async def symlink(src: StrPath, dst: StrPath, target_is_directory: bool = False, *,
@@ -192,7 +185,7 @@ async def symlink(src: StrPath, dst: StrPath, target_is_directory: bool = False,
         return await _in_thread(os.symlink, src, dst, target_is_directory, dir_fd=dir_fd)
     fut = eng.symlinkat(os.fsencode(src), _dirfd(dir_fd), os.fsencode(dst),
                         os.fspath(src), os.fspath(dst))
-    await _run(eng, fut)
+    await await_op(eng, fut)
 
 
 async def ftruncate(fd: int, length: int) -> None:
@@ -200,7 +193,7 @@ async def ftruncate(fd: int, length: int) -> None:
     eng = _native("ftruncate")
     if eng is None:
         return await _in_thread(os.ftruncate, fd, length)
-    await _run(eng, eng.ftruncate(fd, length))
+    await await_op(eng, eng.ftruncate(fd, length))
 
 
 async def posix_fallocate(fd: int, offset: int, length: int) -> None:
@@ -208,4 +201,4 @@ async def posix_fallocate(fd: int, offset: int, length: int) -> None:
     eng = _native("fallocate")
     if eng is None:
         return await _in_thread(os.posix_fallocate, fd, offset, length)
-    await _run(eng, eng.fallocate(fd, 0, offset, length))
+    await await_op(eng, eng.fallocate(fd, 0, offset, length))

@@ -4,12 +4,16 @@ loop's engine. Errors are the ``OSError`` subclasses ``os.pread``/``os.pwrite`` 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeVar
 
 from ._engine import get_engine
 
+T = TypeVar("T")
 
-async def _await(engine: Any, fut: asyncio.Future[Any]) -> Any:
+
+async def await_op(engine: Any, fut: asyncio.Future[T]) -> T:
+    """Await an engine operation; if the awaiting task is cancelled, abandon the operation
+    (the kernel keeps its buffer until the completion is reaped)."""
     try:
         return await fut
     except asyncio.CancelledError:
@@ -24,6 +28,7 @@ async def pread(fd: int, size: int, offset: int) -> bytes:
     """
     eng = get_engine()
     fut = eng.pread(fd, size, offset)
+    # await_op inlined: one coroutine frame fewer on the hottest call.
     try:
         return await fut
     except asyncio.CancelledError:
@@ -38,7 +43,7 @@ async def preadinto(fd: int, buffer: Any, offset: int) -> int:
     it, even if the awaiting task is cancelled.
     """
     eng = get_engine()
-    return await _await(eng, eng.preadinto(fd, buffer, offset))  # type: ignore[no-any-return]
+    return await await_op(eng, eng.preadinto(fd, buffer, offset))
 
 
 async def pwrite(fd: int, data: Any, offset: int) -> int:
@@ -47,16 +52,16 @@ async def pwrite(fd: int, data: Any, offset: int) -> int:
     On an error after part was written, the ``OSError`` carries ``characters_written``.
     """
     eng = get_engine()
-    return await _await(eng, eng.pwrite(fd, data, offset))  # type: ignore[no-any-return]
+    return await await_op(eng, eng.pwrite(fd, data, offset))
 
 
 async def fsync(fd: int) -> None:
     """``os.fsync`` through the engine."""
     eng = get_engine()
-    await _await(eng, eng.fsync(fd))
+    await await_op(eng, eng.fsync(fd))
 
 
 async def fdatasync(fd: int) -> None:
     """``os.fdatasync`` through the engine."""
     eng = get_engine()
-    await _await(eng, eng.fdatasync(fd))
+    await await_op(eng, eng.fdatasync(fd))

@@ -191,11 +191,6 @@ static void engine_enqueue(engine_t *e, uint32_t idx)
         wait_push(e, idx);
 }
 
-void engine_resubmit(engine_t *e, uint32_t idx)
-{
-    engine_enqueue(e, idx);
-}
-
 /* Submit everything prepared and everything waiting that fits. */
 static void engine_pump(engine_t *e)
 {
@@ -429,6 +424,15 @@ void engine_fail_unaccepted(engine_t *e, uint32_t idx, int err)
 
 /* ---------------------------------------------------------------- starting operations */
 
+static int engine_open(engine_t *e)
+{
+    if (e->closed || e->close_pending) {
+        PyErr_SetString(PyExc_RuntimeError, "aionative: engine is closed");
+        return 0;
+    }
+    return 1;
+}
+
 static int engine_usable(engine_t *e)
 {
     if (e->fork_gen != engine_fork_generation) {
@@ -437,10 +441,8 @@ static int engine_usable(engine_t *e)
                         "use a new event loop in the child");
         return 0;
     }
-    if (e->closed || e->close_pending) {
-        PyErr_SetString(PyExc_RuntimeError, "aionative: engine is closed");
+    if (!engine_open(e))
         return 0;
-    }
     if (e->owner_thread != PyThread_get_thread_ident()) {
         PyErr_SetString(PyExc_RuntimeError,
                         "aionative: an engine is used only from its event loop's thread");
@@ -457,8 +459,9 @@ static PyObject *engine_start(engine_t *e, uint32_t idx)
     if (op->bytes || op->view.obj || op->keep)
         e->pinned++;
     PyObject *fut = engine_new_future(e);
-    /* Creating the future and scheduling the flush run Python code, which may close us. */
-    if (!fut || engine_schedule_flush(e) < 0 || !engine_usable(e)) {
+    /* Creating the future and scheduling the flush run Python code, which may close us
+     * (the thread cannot have changed: only the closed flags need a second look). */
+    if (!fut || engine_schedule_flush(e) < 0 || !engine_open(e)) {
         Py_XDECREF(fut);
         op_finish(e, idx, 0);
         return NULL;

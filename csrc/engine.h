@@ -146,7 +146,6 @@ typedef struct uring {
                                * so a reap right after it (REAP_AFTER_SUBMIT) need not enter
                                * again: later work finds the kernel's list empty and signals
                                * the eventfd. Any other reap enters. */
-    unsigned to_submit;
     uint64_t opmask[4];       /* opcodes the kernel supports (IORING_REGISTER_PROBE) */
 } uring_t;
 
@@ -166,7 +165,6 @@ typedef struct kaio {
     unsigned npending;
     void *iocbs;              /* struct iocb[nr]: one per in-flight slot (slot-indexed lazily) */
     void *events;             /* struct io_event[nr] */
-    uint32_t *iocb_slot;      /* iocb index -> op slot */
     uint32_t *free_iocbs;     /* stack of free iocb indexes */
     unsigned nfree_iocbs;
     dcache_ent dcache[DCACHE_SIZE];
@@ -217,8 +215,6 @@ static inline op_t *engine_slot(engine_t *e, uint32_t idx)
 }
 /* Backends report each completion here; it continues, retries or finishes the operation. */
 void engine_complete(engine_t *e, uint32_t idx, int64_t res);
-/* Requeue a slot whose piece must be submitted again (called from backends). */
-void engine_resubmit(engine_t *e, uint32_t idx);
 /* A piece the kernel never accepted ends its operation with `err` (no retry). */
 void engine_fail_unaccepted(engine_t *e, uint32_t idx, int err);
 PyObject *engine_forget_inherited(PyObject *m, PyObject *unused);
