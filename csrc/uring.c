@@ -425,9 +425,12 @@ static int u_reap(engine_t *e, int flags)
             return rc;
     }
     unsigned got = cq_drain(e);
-    /* Enter again while the kernel says completion work is pending (TASKRUN) or completions
-     * wait in its overflow list: both end, since what is in flight is finite. */
-    for (;;) {
+    /* Enter again while the kernel says completion work is pending (TASKRUN: GETEVENTS runs
+     * at most ~20 deferred items a call) or completions wait in its overflow list, but only
+     * while that makes progress: the TASKRUN flag can stay set with nothing left to run, and
+     * looping on the flag alone spins the loop thread forever (seen under sustained hot
+     * reads). Bounded as well; what is left is reaped on the next wake-up or flush. */
+    for (int round = 0; round < 256; round++) {
         unsigned sqf = __atomic_load_n(r->sq_flags, __ATOMIC_ACQUIRE);
         if (sqf & IORING_SQ_CQ_OVERFLOW)
             e->st.cq_overflow++;
@@ -437,7 +440,10 @@ static int u_reap(engine_t *e, int flags)
         int rc = u_getevents(e, block ? 1 : 0);
         if (rc < 0)
             return rc;
-        got += cq_drain(e);
+        unsigned more = cq_drain(e);
+        got += more;
+        if (!more && !block)
+            break;
     }
     return 0;
 }
