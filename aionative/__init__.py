@@ -9,12 +9,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _backend, _engine
+from . import (
+    _backend,
+    _engine,
+    tempfile,
+)
 from ._backend import BackendUnavailableError, available_backends, set_default_backend
 from ._engine import close_engine, get_engine
+from ._files import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO, AsyncTextIOWrapper
+from ._helpers import read_bytes, read_text, write_bytes, write_text
 from ._lowlevel import fdatasync, fsync, pread, preadinto, pwrite
+from ._open import AiofilesContextManager, open
+from ._stdio import stderr, stderr_bytes, stdin, stdin_bytes, stdout, stdout_bytes
 
 __all__ = [
+    "AiofilesContextManager",
+    "AsyncBufferedIOBase",
+    "AsyncBufferedReader",
+    "AsyncFileIO",
+    "AsyncTextIOWrapper",
     "BackendUnavailableError",
     "available_backends",
     "backend_info",
@@ -23,10 +36,22 @@ __all__ = [
     "fdatasync",
     "fsync",
     "get_engine",
+    "open",
     "pread",
     "preadinto",
     "pwrite",
+    "read_bytes",
+    "read_text",
     "set_default_backend",
+    "stderr",
+    "stderr_bytes",
+    "stdin",
+    "stdin_bytes",
+    "stdout",
+    "stdout_bytes",
+    "tempfile",
+    "write_bytes",
+    "write_text",
 ]
 
 __version__ = "0.1.0.dev0"

@@ -1,0 +1,1043 @@
+"""The async file classes of ``aionative.open`` (aiofiles' names and members).
+
+Each wraps a synchronous file object ``_file``. For a file ``aionative.open`` made, that object
+is CPython's own io stack over a :class:`~aionative._raw.WindowRaw`, and a call runs in three
+steps on the loop's thread:
+
+1. **fetch** — make the raw window hold what the synchronous call will read, through the engine
+   (``pread`` at offsets for regular files; reads at the descriptor's position for pipes, FIFOs,
+   sockets and character devices). How much is "enough" is exact where it must be (a stream never
+   waits for data the builtin would not wait for) and generous where over-reading is invisible
+   (regular files read ahead in large chunks, so line iteration does not make a kernel round
+   trip per line);
+2. **run** the builtin's synchronous method: same results, same exceptions;
+3. **push** what it staged — writes and truncations — to the engine, and await them, so an error
+   is raised by the call that caused it.
+
+Binary reads that still find the window short continue where they stopped (the raw layer answers
+"would block", which the buffered layer turns into a partial result), so they never need an
+exact bound. Text reads cannot be resumed that way, so the few text reads whose need cannot be
+bounded up front — reads from a stream, ``read(n)`` with ``errors="ignore"``, codecs whose
+newline is not an ASCII byte or a UTF-16/32 unit — run the same synchronous call in the loop's
+executor, where the raw layer reads the descriptor directly (what aiofiles does for every call).
+
+Calls on one file are serialised: a second task's call waits for the first to finish. A task
+cancelled while its call is fetching leaves the file unchanged; one cancelled while its writes
+are in the kernel leaves them to finish, and the next call on the file reports their outcome.
+
+Objects that ``threadpool.wrap`` wraps (any synchronous file) run every call in the executor,
+as aiofiles does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import collections
+import io
+import os
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from concurrent.futures import Executor
+from functools import partial
+from operator import index
+from typing import Any, Generic, TypeVar
+
+from . import _kernelops as _k
+from ._engine import get_engine
+from ._raw import STREAM, WindowRaw
+from ._threads import ThreadsEngine
+
+T = TypeVar("T")
+S = TypeVar("S", str, bytes)
+
+_READAHEAD_MIN = 32 * 1024
+_READAHEAD_MAX = 1024 * 1024
+_HUGE = 1 << 62
+
+
+def _size_arg(size: Any) -> int | None:
+    """The size a read was asked for (-1: all), or None when the argument is not one (the
+    synchronous call then raises the builtin's TypeError before reading anything)."""
+    if size is None:
+        return -1
+    try:
+        return index(size)
+    except TypeError:
+        return None
+
+
+class _TextRules:
+    """Where a text line ends, in the bytes of one encoding: what a fetch must find before a
+    text ``readline`` can run without reading past the window."""
+
+    __slots__ = ("bounded", "patterns", "unit")
+
+    def __init__(self, encoding: str, errors: str, newline: str | None) -> None:
+        try:
+            name = codecs.lookup(encoding).name
+        except LookupError:
+            name = ""
+        terms = ["\n", "\r"] if newline in (None, "") else [newline]
+        self.unit = 1
+        self.patterns: list[tuple[bytes, bool]] = []   # (bytes, needs one more unit after)
+        universal = newline in (None, "")
+        if name.startswith(("utf-16", "utf-32")):
+            self.unit = 2 if name.startswith("utf-16") else 4
+            endians = ["-le", "-be"] if name in ("utf-16", "utf-32") else [name[6:]]
+            for t in terms:
+                for e in endians:
+                    self.patterns.append((t.encode(name[:6] + e), universal and t == "\r"))
+        elif name:
+            try:
+                ok = all(t.encode(name) == t.encode("ascii") for t in ("\n", "\r"))
+            except (UnicodeError, LookupError):
+                ok = False
+            if ok:
+                self.patterns = [(t.encode("ascii"), universal and t == "\r") for t in terms]
+        # read(n) may read ahead n * 8 bytes: at most 4 bytes a character in the codecs we
+        # know, twice for "\r\n" read as one "\n". "ignore" may drop any number of bytes.
+        self.bounded = bool(self.patterns) and errors != "ignore" and (
+            self.unit > 1 or name in _BOUNDED_CODECS or name.startswith(("iso8859", "cp")))
+
+    def line_ready(self, buf: bytearray, i: int) -> bool:
+        """Whether buf[i:] holds a line end the text layer will see without reading more."""
+        if self.unit == 1:
+            if len(self.patterns) == 1:
+                return buf.find(self.patterns[0][0], i) >= 0
+            kn = buf.find(b"\n", i)
+            kr = buf.find(b"\r", i, kn if kn >= 0 else len(buf))
+            if kr >= 0:
+                return kr + 1 < len(buf)
+            return kn >= 0
+        # UTF-16/32: a line end at every possible alignment, with room for one more unit.
+        unit = self.unit
+        for align in range(unit):
+            found = False
+            for pat, _ in self.patterns:
+                k = buf.find(pat, i)
+                while k >= 0 and (k - i) % unit != align:
+                    k = buf.find(pat, k + 1)
+                if k >= 0 and k + len(pat) + 2 * unit <= len(buf):
+                    found = True
+                    break
+            if not found:
+                return False
+        return True
+
+
+_BOUNDED_CODECS = frozenset({
+    "utf-8", "utf-8-sig", "ascii", "latin-1", "iso8859-1", "mac-roman", "koi8-r", "koi8-u",
+    "big5", "gbk", "gb2312", "gb18030", "shift_jis", "cp932", "euc_jp", "euc_kr", "cp949"})
+
+
+class AsyncBase(Generic[S]):
+    """What every async file shares: the call machinery and the members all modes have."""
+
+    def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None = None,
+                 executor: Executor | None = None, *, raw: WindowRaw | None = None,
+                 route: str = "thread") -> None:
+        self._file = file
+        self._loop = loop
+        self._executor = executor
+        self._raw = raw
+        self._route = route     # "engine" | "stream" (engine reads at the fd's position) |
+        #                         "thread" (streams without a kernel path)
+        self._busy = False
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        # Bytes (an upper bound) written since the last flush: they may still sit in the
+        # buffered or text layer, and a read flushes them to the raw layer first, moving the
+        # raw position by as much — the window must reach that far too.
+        self._dirty = 0
+        self._unfinished: list[asyncio.Future[Any]] = []
+        self._unfinished_staged: list[tuple[int, bytes | None]] = []
+        self._readahead = _READAHEAD_MIN
+        self._bufsize = io.DEFAULT_BUFFER_SIZE
+        self._unlink_on_close: Any = None  # a NamedTemporaryFile's path
+
+    # --- the machinery --------------------------------------------------------------------
+
+    def _get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop or asyncio.get_running_loop()
+
+    async def _in_executor(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = self._get_loop()
+        return await loop.run_in_executor(self._executor, partial(fn, *args))
+
+    def _try_lock(self) -> bool:
+        if self._busy or self._unfinished:
+            return False
+        self._busy = True
+        assert self._raw is not None
+        self._raw.begin()
+        return True
+
+    async def _lock(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._busy:
+            fut: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(fut)
+            try:
+                await fut
+            except asyncio.CancelledError:
+                if fut in self._waiters:
+                    self._waiters.remove(fut)
+                elif not self._busy:
+                    self._wake()  # we were handed the turn: pass it on
+                raise
+        self._busy = True
+        try:
+            await self._finish_unfinished()
+        except BaseException:
+            self._unlock()
+            raise
+        assert self._raw is not None
+        self._raw.begin()
+
+    def _unlock(self) -> None:
+        self._busy = False
+        if self._waiters:
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+
+    async def _finish_unfinished(self) -> None:
+        """Writes a cancelled call left with the kernel: wait for them, then do the rest, and
+        report their outcome to this call."""
+        while self._unfinished:
+            await asyncio.shield(self._unfinished[0])
+            self._unfinished.pop(0).result()
+        staged, self._unfinished_staged = self._unfinished_staged, []
+        if staged:
+            await self._push_list(staged)
+
+    def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        raw = self._raw
+        assert raw is not None
+        raw.in_op = True
+        try:
+            return fn(*args)
+        finally:
+            raw.in_op = False
+
+    async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a synchronous call in the executor; the raw layer may read the descriptor."""
+        raw = self._raw
+        assert raw is not None
+        fd = raw._fd
+        stream = raw.kind == STREAM
+
+        def reader(n: int, pos: int) -> bytes:
+            return os.read(fd, n) if stream else os.pread(fd, n, pos)
+
+        def call() -> T:
+            raw.blocking_reader = reader
+            raw.in_op = True
+            try:
+                return fn(*args)
+            finally:
+                raw.in_op = False
+                raw.blocking_reader = None
+
+        return await self._get_loop().run_in_executor(self._executor, call)
+
+    # fetching ------------------------------------------------------------------------------
+
+    async def _read_at(self, size: int, offset: int) -> bytes:
+        raw = self._raw
+        assert raw is not None
+        if self._route == "thread":
+            if raw.kind == STREAM:
+                return await self._in_executor(os.read, raw._fd, size)
+            return await self._in_executor(os.pread, raw._fd, size, offset)
+        eng = get_engine()
+        fut = eng.pread(raw._fd, size, 0 if raw.kind == STREAM else offset)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            eng.cancel(fut)
+            raise
+        except OSError as exc:
+            # Linux AIO cannot read some pseudo-files (procfs without read_iter): read them in
+            # the executor from now on.
+            if exc.errno == 22 and eng.backend == "linux_aio" and raw.kind != STREAM:
+                self._route = "thread"
+                return await self._in_executor(os.pread, raw._fd, size, offset)
+            raise
+
+    async def _fetch(self, need: int, at: int | None = None) -> None:
+        """Make the window hold ``need`` bytes from ``at`` (default: the raw position), or
+        everything up to end-of-file. A stream is read once (what one read returns)."""
+        raw = self._raw
+        assert raw is not None
+        if raw.kind == STREAM:
+            if not raw.at_eof_after(max(need, 1)):
+                size = max(need - raw.available(), 1)
+                raw.add_data(0, await self._read_at(size, 0), size)
+            return
+        if at is not None and at != raw.pos:
+            saved, raw.pos = raw.pos, at
+            try:
+                await self._fetch(need)
+            finally:
+                raw.pos = saved
+            return
+        need += self._dirty
+        while not raw.at_eof_after(need):
+            off = raw.next_fetch()
+            have = off - raw.pos
+            if off == raw.wend and raw.buf:
+                self._readahead = min(self._readahead * 2, _READAHEAD_MAX)
+            else:
+                self._readahead = _READAHEAD_MIN
+            size = max(need - have, self._readahead)
+            # Never ask for (and allocate) much more than the file holds; a file that grew
+            # returns a full read and the loop goes on.
+            size = min(size, max(raw.size - off, 0) + max(self._readahead, 65536))
+            raw.add_data(off, await self._read_at(size, off), size)
+
+    async def _fetch_to_eof(self) -> None:
+        raw = self._raw
+        assert raw is not None
+        if raw.kind == STREAM:
+            while not raw.stream_eof:
+                raw.add_data(0, await self._read_at(65536, 0), 65536)
+            return
+        while True:
+            if raw.window_view()[2]:
+                return
+            off = raw.next_fetch()
+            size = max(raw.size - off, 0) + 65536
+            raw.add_data(off, await self._read_at(size, off), size)
+
+    # pushing -------------------------------------------------------------------------------
+
+    async def _push(self) -> None:
+        raw = self._raw
+        assert raw is not None
+        staged = raw.take_staged()
+        if staged:
+            await self._push_list(staged)
+
+    async def _push_list(self, staged: list[tuple[int, bytes | None]]) -> None:
+        raw = self._raw
+        assert raw is not None
+        fd = raw._fd
+        staged = _coalesce(staged)
+        while staged:
+            off, data = staged.pop(0)
+            fut: asyncio.Future[Any]
+            if data is None:
+                fut = asyncio.ensure_future(_k.ftruncate(fd, off))
+            elif self._route == "thread":
+                fut = asyncio.ensure_future(self._in_executor(_write_all, fd, data, off))
+            else:
+                fut = get_engine().pwrite(fd, data, max(off, 0))
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                if not fut.done():
+                    # The kernel has the data: let it finish; the next call reports it.
+                    self._unfinished.append(fut)
+                    self._unfinished_staged = staged
+                    raise
+                if fut.cancelled():
+                    raise
+                fut.result()
+
+    # --- the members every wrapper has ----------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._file.closed)
+
+    @property
+    def name(self) -> Any:
+        return self._file.name
+
+    @property
+    def mode(self) -> str:
+        return str(self._file.mode)
+
+    def fileno(self) -> int:
+        return int(self._file.fileno())
+
+    async def isatty(self) -> bool:
+        if self._raw is None:
+            return await self._in_executor(self._file.isatty)
+        return bool(self._file.isatty())
+
+    async def seekable(self) -> bool:
+        if self._raw is None:
+            return await self._in_executor(self._file.seekable)
+        return bool(self._file.seekable())
+
+    async def writable(self) -> bool:
+        if self._raw is None:
+            return await self._in_executor(self._file.writable)
+        return bool(self._file.writable())
+
+    async def flush(self) -> None:
+        if self._raw is None:
+            return await self._in_executor(self._file.flush)
+        if not self._try_lock():
+            await self._lock()
+        try:
+            self._run(self._file.flush)
+            self._dirty = 0
+            await self._push()
+        finally:
+            self._unlock()
+
+    async def close(self) -> None:
+        raw = self._raw
+        if raw is None:
+            return await self._in_executor(self._file.close)
+        if not self._try_lock():
+            await self._lock()
+        try:
+            try:
+                self._run(self._file.close)
+                await self._push()
+            finally:
+                if raw.closed and raw.closefd and not raw._closed_fd:
+                    raw._closed_fd = True
+                    await _k.close_fd(raw._fd)
+                path, self._unlink_on_close = self._unlink_on_close, None
+                if path is not None and raw.closed:
+                    try:
+                        await _k.unlink(path)
+                    except FileNotFoundError:
+                        pass
+        finally:
+            self._unlock()
+
+    # --- beyond aiofiles --------------------------------------------------------------------
+
+    async def pread(self, size: int, offset: int) -> bytes:
+        """Read up to ``size`` bytes at ``offset`` without moving the file position
+        (``os.pread`` on the descriptor: data still in the file object's buffers is not seen)."""
+        raw = self._raw
+        if raw is None:
+            return await self._in_executor(os.pread, self.fileno(), size, offset)
+        raw._check("r")
+        if self._route == "thread":
+            return await self._in_executor(os.pread, raw._fd, size, offset)
+        eng = get_engine()
+        fut = eng.pread(raw._fd, size, offset)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            eng.cancel(fut)
+            raise
+
+    async def pwrite(self, data: Any, offset: int) -> int:
+        """Write all of ``data`` at ``offset`` without moving the file position
+        (``os.pwrite`` on the descriptor, continued until everything is written)."""
+        raw = self._raw
+        if raw is None:
+            return await self._in_executor(_write_all, self.fileno(), bytes(data), offset)
+        raw._check("w")
+        if not self._try_lock():
+            await self._lock()
+        try:
+            data = bytes(data)
+            if offset < 0:
+                raise OSError(22, os.strerror(22))
+            if raw.kind != STREAM:
+                raw._overlay(offset, data)
+                raw.size = max(raw.size, offset + len(data))
+            await self._push_list([(offset, data)])
+            return len(data)
+        finally:
+            self._unlock()
+
+    async def fsync(self) -> None:
+        """Flush the file object's buffers, then ``fsync(2)`` the descriptor."""
+        await self.flush()
+        await self._sync_op("fsync")
+
+    async def fdatasync(self) -> None:
+        """Flush the file object's buffers, then ``fdatasync(2)`` the descriptor."""
+        await self.flush()
+        await self._sync_op("fdatasync")
+
+    async def _sync_op(self, name: str) -> None:
+        fd = self.fileno()
+        if self._raw is None or self._route == "thread":
+            return await self._in_executor(getattr(os, name), fd)
+        eng = get_engine()
+        fut = getattr(eng, name)(fd)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            eng.cancel(fut)
+            raise
+
+    async def tell(self) -> int:
+        if self._raw is None:
+            return await self._in_executor(self._file.tell)
+        if not self._try_lock():
+            await self._lock()
+        try:
+            pos = self._run(self._file.tell)
+            self._dirty = 0
+            await self._push()
+            return int(pos)
+        finally:
+            self._unlock()
+
+    async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if self._raw is None:
+            return await self._in_executor(self._file.seek, offset, whence)
+        raw = self._raw
+        if not self._try_lock():
+            await self._lock()
+        try:
+            if whence == os.SEEK_END and raw.kind != STREAM and not raw.closed:
+                await self._refresh_size()
+            await self._before_seek(offset, whence)
+            pos = self._run(self._file.seek, offset, whence)
+            self._dirty = 0
+            await self._push()
+            return int(pos)
+        finally:
+            self._unlock()
+
+    async def _before_seek(self, offset: int, whence: int) -> None:
+        pass
+
+    async def _refresh_size(self) -> None:
+        raw = self._raw
+        assert raw is not None
+        if raw.staged:
+            return
+        try:
+            st = await _k.fstat(raw._fd)
+        except OSError:
+            return  # the synchronous call reports a closed or bad descriptor
+        if st.st_size or not _is_block(st.st_mode):
+            raw.size = st.st_size
+        else:
+            raw.size = os.lseek(raw._fd, 0, os.SEEK_END)
+
+    async def truncate(self, size: int | None = None) -> int:
+        if self._raw is None:
+            return await self._in_executor(self._file.truncate, size)
+        if not self._try_lock():
+            await self._lock()
+        try:
+            n = self._run(self._file.truncate, size)
+            self._dirty = 0
+            await self._push()
+            return int(n)
+        finally:
+            self._unlock()
+
+    async def write(self, b: Any, /) -> int:
+        if self._raw is None:
+            return await self._in_executor(self._file.write, b)
+        if not self._try_lock():
+            await self._lock()
+        try:
+            n = self._run(self._file.write, b)
+            self._dirty += 4 * n + 8
+            if self._raw.staged:
+                await self._push()
+            return int(n)
+        finally:
+            self._unlock()
+
+    async def writelines(self, lines: Iterable[Any], /) -> None:
+        if self._raw is None:
+            return await self._in_executor(self._file.writelines, lines)
+        if not self._try_lock():
+            await self._lock()
+        try:
+            lines = list(lines)
+            self._run(self._file.writelines, lines)
+            self._dirty += sum(4 * len(x) + 8 for x in lines if hasattr(x, "__len__"))
+            if self._raw.staged:
+                await self._push()
+        finally:
+            self._unlock()
+
+    # reads shared by all modes --------------------------------------------------------------
+
+    async def _prepare_read(self) -> None:
+        """Before a read: writes a cancelled call left with the kernel are done (the lock saw
+        to it); nothing else to do. Kept as the one place reads begin."""
+
+    async def read(self, size: int = -1, /) -> S:
+        raise NotImplementedError
+
+    async def readline(self, size: int = -1, /) -> S:
+        raise NotImplementedError
+
+    async def readlines(self, hint: int = -1, /) -> list[S]:
+        raise NotImplementedError
+
+    def __aiter__(self) -> AsyncIterator[S]:
+        return self
+
+    async def __anext__(self) -> S:
+        line = await self.readline()
+        if line:
+            return line
+        raise StopAsyncIteration
+
+    def __del__(self) -> None:
+        raw = getattr(self, "_raw", None)
+        if raw is not None and not raw.closed:
+            warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._file!r}>"
+
+
+class _BinaryBase(AsyncBase[bytes]):
+    """Reads of the binary wrappers: they resume after a short window."""
+
+    async def _read_loop(self, fn: Callable[[int], bytes | None], n: int,
+                         prefetch: int) -> bytes:
+        raw = self._raw
+        assert raw is not None
+        await self._prepare_read()
+        if raw.kind != STREAM:
+            await self._fetch(prefetch)
+        res = self._run(fn, n) or b""
+        while raw.missed and (n < 0 or len(res) < n):
+            want, raw.missed = raw.missed, 0
+            await self._push()
+            await self._fetch(want if raw.kind == STREAM else max(want, prefetch))
+            more = self._run(fn, n - len(res) if n >= 0 else -1)
+            if more:
+                res += more
+        await self._push()
+        return res
+
+    async def read(self, size: int | None = -1, /) -> bytes:
+        if self._raw is None:
+            return bytes(await self._in_executor(self._file.read, size))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            n = _size_arg(size)
+            if n is None or self._raw.closed or not self._raw._readable:
+                return bytes(self._run(self._file.read, size) or b"")
+            if n < 0:
+                await self._prepare_read()
+                await self._fetch_to_eof()
+                res = self._run(self._file.read, size)
+                await self._push()
+                return res if res is not None else b""
+            return await self._read_loop(self._file.read, n, n + self._bufsize)
+        finally:
+            self._unlock()
+
+    async def readline(self, size: int | None = -1, /) -> bytes:
+        if self._raw is None:
+            return bytes(await self._in_executor(self._file.readline, size))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            n = _size_arg(size)
+            raw = self._raw
+            if n is None or raw.closed or not raw._readable:
+                return bytes(self._run(self._file.readline, size) or b"")
+            await self._prepare_read()
+            if raw.kind != STREAM:
+                while True:
+                    buf, i, at_eof = raw.window_view()
+                    if at_eof or buf.find(b"\n", i) >= 0 or (0 <= n <= len(buf) - i):
+                        break
+                    await self._fetch(len(buf) - i + self._readahead)
+            res = self._run(self._file.readline, size) or b""
+            while raw.missed and not res.endswith(b"\n") and (n < 0 or len(res) < n):
+                want, raw.missed = raw.missed, 0
+                await self._push()
+                await self._fetch(want)
+                res += self._run(self._file.readline, n - len(res) if n >= 0 else -1) or b""
+            await self._push()
+            return res
+        finally:
+            self._unlock()
+
+    async def readlines(self, hint: int | None = -1, /) -> list[bytes]:
+        if self._raw is None:
+            return list(await self._in_executor(self._file.readlines, hint))
+        raw = self._raw
+        n = _size_arg(hint)
+        if n is None or raw.closed or not raw._readable:
+            return list(self._run(self._file.readlines, hint))
+        if raw.kind == STREAM and n > 0:
+            # One line at a time, exactly as IOBase.readlines iterates: never waits for
+            # data beyond the last line it returns.
+            lines: list[bytes] = []
+            total = 0
+            while True:
+                line = await self.readline()
+                if not line:
+                    return lines
+                lines.append(line)
+                total += len(line)
+                if total > n:
+                    return lines
+        if not self._try_lock():
+            await self._lock()
+        try:
+            await self._prepare_read()
+            if n <= 0:
+                await self._fetch_to_eof()
+            else:
+                while True:
+                    buf, i, at_eof = raw.window_view()
+                    if at_eof or (len(buf) - i > n and buf.find(b"\n", i + n) >= 0):
+                        break
+                    await self._fetch(len(buf) - i + self._readahead)
+            res = self._run(self._file.readlines, hint)
+            await self._push()
+            return list(res)
+        finally:
+            self._unlock()
+
+    async def readinto(self, b: Any, /) -> int:
+        if self._raw is None:
+            return int(await self._in_executor(self._file.readinto, b))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            raw = self._raw
+            if raw.closed or not raw._readable:
+                return int(self._run(self._file.readinto, b) or 0)
+            await self._prepare_read()
+            try:
+                view = memoryview(b).cast("B")
+            except TypeError:
+                return int(self._run(self._file.readinto, b))
+            with view:
+                want = len(view)
+                if raw.kind != STREAM:
+                    await self._fetch(want + self._bufsize)
+                done = self._run(self._file.readinto, b) or 0
+                while raw.missed and done < want:
+                    need, raw.missed = raw.missed, 0
+                    await self._push()
+                    await self._fetch(need)
+                    done += self._run(self._file.readinto, view[done:]) or 0
+            await self._push()
+            return done
+        finally:
+            self._unlock()
+
+    def readable(self) -> bool:
+        return bool(self._file.readable())
+
+
+class _BufferedBase(_BinaryBase):
+    """What BufferedReader, BufferedWriter and BufferedRandom wrappers share."""
+
+    @property
+    def raw(self) -> Any:
+        return self._file.raw
+
+    def detach(self) -> Any:
+        return self._file.detach()
+
+    async def _buffered_once(self, fn: Callable[..., T], *args: Any, n: int) -> T:
+        """read1/peek/readinto1: at most one raw read. A regular file is fetched generously;
+        on a stream the call runs first, and if the raw read it made found nothing, the
+        call had no effect: fetch what that read asked for (one read) and run it again."""
+        raw = self._raw
+        assert raw is not None
+        await self._prepare_read()
+        if raw.kind != STREAM and not raw.closed and raw._readable:
+            await self._fetch(max(n, self._bufsize))
+        res = self._run(fn, *args)
+        if raw.missed and not res:
+            want, raw.missed = raw.missed, 0
+            await self._fetch(want)
+            res = self._run(fn, *args)
+        raw.missed = 0
+        await self._push()
+        return res
+
+    async def read1(self, size: int = -1, /) -> bytes:
+        if self._raw is None:
+            return bytes(await self._in_executor(self._file.read1, size))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            n = _size_arg(size)
+            return bytes(await self._buffered_once(self._file.read1, size,
+                                                   n=n if n is not None and n >= 0
+                                                   else self._bufsize) or b"")
+        finally:
+            self._unlock()
+
+    async def readinto1(self, b: Any, /) -> int:
+        if self._raw is None:
+            return int(await self._in_executor(self._file.readinto1, b))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            try:
+                n = memoryview(b).nbytes
+            except TypeError:
+                n = 0
+            return int(await self._buffered_once(self._file.readinto1, b, n=n) or 0)
+        finally:
+            self._unlock()
+
+
+class AsyncBufferedIOBase(_BufferedBase):
+    """``wb``/``ab``/``xb``: a ``BufferedWriter`` (aiofiles' class for them)."""
+
+
+class AsyncBufferedReader(_BufferedBase):
+    """``rb`` and the ``+`` binary modes: a ``BufferedReader`` or ``BufferedRandom``."""
+
+    async def peek(self, size: int = 0, /) -> bytes:
+        if self._raw is None:
+            return bytes(await self._in_executor(self._file.peek, size))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            return bytes(await self._buffered_once(self._file.peek, size, n=self._bufsize))
+        finally:
+            self._unlock()
+
+
+class AsyncFileIO(_BinaryBase):
+    """``buffering=0``: the raw file itself (``FileIO``'s behaviour)."""
+
+    async def readall(self) -> bytes:
+        raw = self._raw
+        if raw is None:
+            return bytes(await self._in_executor(self._file.readall))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            if not raw.closed and raw._readable:
+                await self._fetch_to_eof()
+            res = self._run(self._file.readall)
+            await self._push()
+            return res if res is not None else b""
+        finally:
+            self._unlock()
+
+    async def read(self, size: int | None = -1, /) -> bytes:
+        raw = self._raw
+        if raw is None or raw.kind != STREAM:
+            return await super().read(size)
+        # A stream, unbuffered: one read of at most `size` bytes, as FileIO.read does.
+        if not self._try_lock():
+            await self._lock()
+        try:
+            n = _size_arg(size)
+            if n is None or raw.closed or not raw._readable:
+                pass
+            elif n < 0:
+                await self._fetch_to_eof()
+            elif n and not raw.available():
+                await self._fetch(n)
+            res = self._run(self._file.read, size)
+            raw.missed = 0
+            await self._push()
+            return res if res is not None else b""
+        finally:
+            self._unlock()
+
+
+class AsyncTextIOWrapper(AsyncBase[str]):
+    """Text modes: a ``TextIOWrapper``."""
+
+    def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None = None,
+                 executor: Executor | None = None, *, raw: WindowRaw | None = None,
+                 route: str = "thread", newline: str | None = None) -> None:
+        super().__init__(file, loop, executor, raw=raw, route=route)
+        self._rules: _TextRules | None = None
+        if raw is not None:
+            self._rules = _TextRules(file.encoding, file.errors, newline)
+
+    @property
+    def buffer(self) -> Any:
+        return self._file.buffer
+
+    @property
+    def encoding(self) -> str:
+        return str(self._file.encoding)
+
+    @property
+    def errors(self) -> str | None:
+        return self._file.errors  # type: ignore[no-any-return]
+
+    @property
+    def line_buffering(self) -> bool:
+        return bool(self._file.line_buffering)
+
+    @property
+    def newlines(self) -> str | tuple[str, ...] | None:
+        return self._file.newlines  # type: ignore[no-any-return]
+
+    async def readable(self) -> bool:  # async in text mode, as in aiofiles
+        if self._raw is None:
+            return await self._in_executor(self._file.readable)
+        return bool(self._file.readable())
+
+    def detach(self) -> Any:
+        return self._file.detach()
+
+    def _needs_thread(self) -> bool:
+        raw = self._raw
+        assert raw is not None and self._rules is not None
+        return raw.kind == STREAM or not self._rules.patterns
+
+    def _check_text_miss(self) -> None:
+        raw = self._raw
+        assert raw is not None
+        if raw.missed:  # a bug in a bound: fail loudly rather than return a short result
+            raw.missed = 0
+            raise RuntimeError("aionative: a text read went past its prefetched window")
+
+    async def _text_read(self, fn: Callable[..., T], *args: Any, lines: int = -2,
+                         chars: int = -1) -> T:
+        """Fetch what a text read needs, then run it. ``lines``: -2 no line rule, -1 to
+        end-of-file, n>=0 a line end after n bytes; ``chars``: characters it may return."""
+        raw = self._raw
+        rules = self._rules
+        assert raw is not None and rules is not None
+        await self._prepare_read()
+        if raw.closed or not raw._readable:
+            return self._run(fn, *args)
+        if self._needs_thread() or (lines == -2 and chars >= 0 and not rules.bounded):
+            res = await self._run_blocking(fn, *args)
+            await self._push()
+            return res
+        if lines == -1 or (lines == -2 and chars < 0):
+            await self._fetch_to_eof()
+        else:
+            limit = chars * 8 + 64 if chars >= 0 else _HUGE
+            if lines == -2:
+                await self._fetch(limit)
+            else:
+                skip = lines + self._dirty
+                limit += self._dirty
+                while True:
+                    buf, i, at_eof = raw.window_view()
+                    have = len(buf) - i
+                    if at_eof or have >= limit or (
+                            have > skip and rules.line_ready(buf, i + skip)):
+                        break
+                    await self._fetch(have + self._readahead)
+        res = self._run(fn, *args)
+        self._check_text_miss()
+        await self._push()
+        return res
+
+    async def read(self, size: int | None = -1, /) -> str:
+        if self._raw is None:
+            return str(await self._in_executor(self._file.read, size))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            n = _size_arg(size)
+            if n is None:
+                return str(self._run(self._file.read, size))
+            return str(await self._text_read(self._file.read, size, chars=n))
+        finally:
+            self._unlock()
+
+    async def readline(self, size: int | None = -1, /) -> str:
+        if self._raw is None:
+            return str(await self._in_executor(self._file.readline, size))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            raw = self._raw
+            rules = self._rules
+            assert rules is not None
+            # The common case first: a line end already in the window, nothing to await.
+            if not self._dirty and raw.kind != STREAM and rules.patterns and not raw.closed:
+                buf, i, _ = raw.window_view()
+                if rules.line_ready(buf, i):
+                    res = self._run(self._file.readline, size)
+                    self._check_text_miss()
+                    return str(res)
+            n = _size_arg(size)
+            if n is None:
+                return str(self._run(self._file.readline, size))
+            return str(await self._text_read(self._file.readline, size, lines=0,
+                                             chars=n if n >= 0 else -1))
+        finally:
+            self._unlock()
+
+    async def readlines(self, hint: int | None = -1, /) -> list[str]:
+        if self._raw is None:
+            return list(await self._in_executor(self._file.readlines, hint))
+        if not self._try_lock():
+            await self._lock()
+        try:
+            n = _size_arg(hint)
+            if n is None:
+                return list(self._run(self._file.readlines, hint))
+            return list(await self._text_read(self._file.readlines, hint,
+                                              lines=-1 if n <= 0 else n * 8))
+        finally:
+            self._unlock()
+
+    async def _before_seek(self, offset: int, whence: int) -> None:
+        """Seeking to a cookie re-reads the bytes its decoder state needs: fetch them."""
+        raw = self._raw
+        assert raw is not None
+        if whence != os.SEEK_SET or raw.kind == STREAM or raw.closed or not raw._readable:
+            return
+        try:
+            cookie = index(offset)
+        except TypeError:
+            return
+        if cookie < 0:
+            return
+        start = cookie & ((1 << 64) - 1)
+        to_feed = (cookie >> 128) & ((1 << 64) - 1)
+        await self._fetch(to_feed + self._bufsize + 64, at=start)
+
+
+def _is_block(mode: int) -> bool:
+    import stat
+    return stat.S_ISBLK(mode)
+
+
+def _write_all(fd: int, data: bytes, off: int) -> int:
+    view = memoryview(data)
+    done = 0
+    while done < len(view):
+        if off < 0:
+            n = os.write(fd, view[done:])
+        else:
+            n = os.pwrite(fd, view[done:], off + done)
+        done += n
+    return done
+
+
+def _coalesce(staged: list[tuple[int, bytes | None]]) -> list[tuple[int, bytes | None]]:
+    """Adjacent writes become one."""
+    out: list[tuple[int, bytes | None]] = []
+    for off, data in staged:
+        if out and data is not None:
+            poff, pdata = out[-1]
+            if pdata is not None and (poff < 0 and off < 0 or
+                                      poff >= 0 and poff + len(pdata) == off):
+                out[-1] = (poff, pdata + data)
+                continue
+        out.append((off, data))
+    return out
+
+
+AwaitableFile = Awaitable[AsyncBase[Any]]
+_ = ThreadsEngine  # the threads backend serves regular files through the same engine calls

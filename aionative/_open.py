@@ -1,0 +1,311 @@
+"""``aionative.open``: aiofiles' ``open``, served by the engine.
+
+The builtin's rules are applied by the builtin itself: ``io.open`` validates the arguments
+(mode letters, encoding in binary mode, ``closefd`` with a name, path types, …) and computes the
+``open(2)`` flags, handing them to an opener that stops it there. The file is then opened
+through the engine (``openat`` on io_uring), ``fstat``-ed (``statx``), and given the stack
+``io.open`` would have built — ``TextIOWrapper``/``Buffered*`` from CPython's C classes, with the
+same buffer size (``st_blksize``) and line buffering — over a :class:`~aionative._raw.WindowRaw`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import errno
+import io
+import os
+import stat
+from collections.abc import Awaitable, Callable, Generator
+from concurrent.futures import Executor
+from operator import index
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+
+from . import _kernelops as _k
+from ._engine import get_engine
+from ._files import (
+    AsyncBase,
+    AsyncBufferedIOBase,
+    AsyncBufferedReader,
+    AsyncFileIO,
+    AsyncTextIOWrapper,
+)
+from ._raw import REGULAR, STREAM, WindowRaw
+from ._threads import ThreadsEngine
+
+F = TypeVar("F", bound=AsyncBase[Any])
+FileArg = str | bytes | os.PathLike[str] | os.PathLike[bytes] | int
+Opener = Callable[[str | bytes, int], int]
+
+
+class _Flags(Exception):
+    """Raised by the validating opener: carries the flags ``io.open`` computed."""
+
+    def __init__(self, flags: int) -> None:
+        super().__init__(flags)
+        self.flags = flags
+
+
+def _capture(path: Any, flags: int) -> int:
+    raise _Flags(flags)
+
+
+def validate(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
+             newline: str | None, closefd: bool) -> int:
+    """Apply ``open()``'s argument checks (raising what it raises) and return its flags."""
+    by_fd = _is_fd(file)
+    try:
+        builtins.open("aionative-probe" if by_fd else file, mode, buffering, encoding, errors,  # noqa: SIM115
+                newline, True if by_fd else closefd, _capture)
+    except _Flags as f:
+        return f.flags
+    raise AssertionError("unreachable: io.open returned without calling its opener")
+
+
+def _is_fd(file: Any) -> bool:
+    return isinstance(file, int)
+
+
+class AiofilesContextManager(Generic[F]):
+    """What ``open`` returns: ``await`` it (once; again returns the same file) or use it with
+    ``async with`` (the file is closed on exit)."""
+
+    __slots__ = ("_coro", "_obj")
+
+    def __init__(self, coro: Awaitable[F]) -> None:
+        self._coro: Awaitable[F] | None = coro
+        self._obj: F | None = None
+
+    def __await__(self) -> Generator[Any, None, F]:
+        if self._obj is None:
+            assert self._coro is not None, "the file was closed by async with"
+            coro, self._coro = self._coro, None
+            self._obj = yield from coro.__await__()
+        return self._obj
+
+    async def __aenter__(self) -> F:
+        return await self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
+        obj, self._obj = self._obj, None
+        if obj is not None:
+            await obj.close()
+
+    def close(self) -> None:
+        """Close the coroutine if it was never awaited (no file was opened)."""
+        coro = self._coro
+        if coro is not None and hasattr(coro, "close"):
+            coro.close()
+        self._coro = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
+                    encoding: str | None = None, errors: str | None = None,
+                    newline: str | None = None, closefd: bool = True,
+                    opener: Opener | None = None, *,
+                    loop: asyncio.AbstractEventLoop | None = None,
+                    executor: Executor | None = None) -> AsyncBase[Any]:
+    if not isinstance(mode, str):
+        raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
+    flags = validate(file, mode, buffering, encoding, errors, newline, closefd)
+    name: Any
+    if isinstance(file, int):
+        fd = index(file)
+        if fd < 0:
+            raise ValueError("negative file descriptor")
+        name = file
+        owned = False
+    else:
+        name = os.fspath(file)
+        if opener is not None:
+            running = asyncio.get_running_loop()
+            fd = await running.run_in_executor(executor, opener, name, flags)
+            if not isinstance(fd, int):
+                raise TypeError("expected integer from opener")
+            if fd < 0:
+                raise ValueError(f"opener returned {fd}")
+        else:
+            fd = await _k.open_fd(name, flags, 0o666)
+        owned = True
+    try:
+        return await _build(fd, name, mode, buffering, encoding, errors, newline, closefd,
+                            loop, executor)
+    except _NotAFile as exc:
+        # Refused before a file object existed: FileIO closes only a descriptor it opened.
+        if owned:
+            os.close(fd)
+        raise exc.error from None
+    except BaseException:
+        if owned or closefd:  # the file object existed: closing it closes the descriptor
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        raise
+
+
+class _NotAFile(Exception):
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | None,
+                 errors: str | None, newline: str | None, closefd: bool,
+                 loop: asyncio.AbstractEventLoop | None,
+                 executor: Executor | None) -> AsyncBase[Any]:
+    try:
+        st = await _k.fstat(fd)
+    except OSError as exc:
+        raise _NotAFile(exc) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _NotAFile(IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name))
+    chars = set(mode)
+    created = "x" in chars
+    appending = "a" in chars
+    plus = "+" in chars
+    readable = "r" in chars or plus
+    writable = bool(chars & set("wax")) or plus
+    binary = "b" in chars
+
+    is_reg = stat.S_ISREG(st.st_mode) or stat.S_ISBLK(st.st_mode)
+    kind = REGULAR if is_reg else STREAM
+    seekable = is_reg
+    isatty = False
+    if not is_reg:
+        try:
+            os.lseek(fd, 0, os.SEEK_CUR)
+            seekable = stat.S_ISCHR(st.st_mode)
+        except OSError:
+            seekable = False
+        isatty = stat.S_ISCHR(st.st_mode) and os.isatty(fd)
+    size = st.st_size
+    if stat.S_ISBLK(st.st_mode):
+        size = os.lseek(fd, 0, os.SEEK_END)
+        os.lseek(fd, 0, os.SEEK_SET)
+    pos = 0
+    if is_reg:
+        if appending:
+            pos = size
+        elif not isinstance(name, (str, bytes)):  # opened by descriptor: its position
+            pos = os.lseek(fd, 0, os.SEEK_CUR)
+    blksize = st.st_blksize if st.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE
+
+    raw = WindowRaw(fd, kind=kind, readable=readable, writable=writable, appending=appending,
+                    created=created, seekable=seekable, closefd=closefd, size=size, pos=pos,
+                    blksize=blksize, isatty=isatty)
+    raw.name = name
+    eng = get_engine()
+    if kind == STREAM and (isinstance(eng, ThreadsEngine) or eng.backend != "io_uring"):
+        route = "thread"
+    else:
+        route = "stream" if kind == STREAM else "engine"
+
+    line_buffering = False
+    if buffering == 1 or (buffering < 0 and isatty):
+        buffering = -1
+        line_buffering = True
+    if buffering < 0:
+        buffering = blksize
+    if buffering == 0:
+        if binary:
+            f = AsyncFileIO(raw, loop, executor, raw=raw, route=route)
+            f._bufsize = blksize
+            return f
+        raw.in_op = True  # closing it must not close the descriptor (the caller does)
+        raw.close()
+        raise ValueError("can't have unbuffered text I/O")
+    buffer: io.BufferedIOBase
+    if plus:
+        buffer = io.BufferedRandom(raw, buffering)
+    elif writable:
+        buffer = io.BufferedWriter(raw, buffering)
+    else:
+        buffer = io.BufferedReader(raw, buffering)  # type: ignore[type-var]
+    result: AsyncBase[Any]
+    if binary:
+        if isinstance(buffer, io.BufferedWriter):
+            result = AsyncBufferedIOBase(buffer, loop, executor, raw=raw, route=route)
+        else:
+            result = AsyncBufferedReader(buffer, loop, executor, raw=raw, route=route)
+        result._bufsize = buffering
+        return result
+    raw.in_op = True
+    try:
+        text = io.TextIOWrapper(buffer, encoding, errors, newline, line_buffering)
+    except BaseException:
+        buffer.close()
+        raise
+    finally:
+        raw.in_op = False
+    text.mode = mode  # type: ignore[misc]  # io.open sets it too
+    result = AsyncTextIOWrapper(text, loop, executor, raw=raw, route=route, newline=newline)
+    result._bufsize = buffering
+    return result
+
+
+if TYPE_CHECKING:
+    from _typeshed import (
+        OpenBinaryMode,
+        OpenBinaryModeReading,
+        OpenBinaryModeUpdating,
+        OpenBinaryModeWriting,
+        OpenTextMode,
+    )
+
+
+@overload
+def open(file: FileArg, mode: OpenTextMode = "r", buffering: int = -1,
+         encoding: str | None = None, errors: str | None = None, newline: str | None = None,
+         closefd: bool = True, opener: Opener | None = None, *,
+         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None
+         ) -> AiofilesContextManager[AsyncTextIOWrapper]: ...
+@overload
+def open(file: FileArg, mode: OpenBinaryMode, buffering: Literal[0], encoding: None = None,
+         errors: None = None, newline: None = None, closefd: bool = True,
+         opener: Opener | None = None, *, loop: asyncio.AbstractEventLoop | None = None,
+         executor: Executor | None = None) -> AiofilesContextManager[AsyncFileIO]: ...
+@overload
+def open(file: FileArg, mode: OpenBinaryModeUpdating, buffering: Literal[-1, 1] = -1,
+         encoding: None = None, errors: None = None, newline: None = None,
+         closefd: bool = True, opener: Opener | None = None, *,
+         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None
+         ) -> AiofilesContextManager[AsyncBufferedReader]: ...
+@overload
+def open(file: FileArg, mode: OpenBinaryModeWriting, buffering: Literal[-1, 1] = -1,
+         encoding: None = None, errors: None = None, newline: None = None,
+         closefd: bool = True, opener: Opener | None = None, *,
+         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None
+         ) -> AiofilesContextManager[AsyncBufferedIOBase]: ...
+@overload
+def open(file: FileArg, mode: OpenBinaryModeReading, buffering: Literal[-1, 1] = -1,
+         encoding: None = None, errors: None = None, newline: None = None,
+         closefd: bool = True, opener: Opener | None = None, *,
+         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None
+         ) -> AiofilesContextManager[AsyncBufferedReader]: ...
+@overload
+def open(file: FileArg, mode: str, buffering: int = -1, encoding: str | None = None,
+         errors: str | None = None, newline: str | None = None, closefd: bool = True,
+         opener: Opener | None = None, *, loop: asyncio.AbstractEventLoop | None = None,
+         executor: Executor | None = None) -> AiofilesContextManager[AsyncBase[Any]]: ...
+
+
+def open(file: FileArg, mode: str = "r", buffering: int = -1, encoding: str | None = None,
+         errors: str | None = None, newline: str | None = None, closefd: bool = True,
+         opener: Opener | None = None, *, loop: asyncio.AbstractEventLoop | None = None,
+         executor: Executor | None = None) -> AiofilesContextManager[Any]:
+    """Open a file: ``aiofiles.open``'s signature and behaviour, the builtin ``open()``'s
+    arguments, modes, results and errors, with every read and write served by the engine.
+
+    Not a coroutine: returns an object to ``await`` (the file) or to use with ``async with``
+    (the file, closed on exit). ``file`` is a path, a path-like object or a descriptor.
+    ``loop`` and ``executor`` are aiofiles' (the executor runs ``opener`` and the calls that
+    have no kernel path).
+    """
+    return AiofilesContextManager(open_file(file, mode, buffering, encoding, errors, newline,
+                                            closefd, opener, loop=loop, executor=executor))

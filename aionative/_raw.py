@@ -1,0 +1,377 @@
+"""The bottom of an ``aionative.open`` file: a raw stream that never makes a system call.
+
+``aionative.open`` builds the same object stack the builtin ``open()`` builds —
+``TextIOWrapper`` over ``BufferedReader``/``BufferedWriter``/``BufferedRandom`` over a raw file —
+from CPython's own C classes, so every semantic detail (buffering, newline translation,
+incremental decoding, ``tell()`` cookies, error messages) is the builtin's. Only the raw layer is
+ours: :class:`WindowRaw` serves reads from a *window* of file data that the async layer fetched
+through the engine before running the synchronous operation, and *stages* writes (and
+truncations) that the async layer hands to the engine right after it. So the synchronous stack
+never blocks, and the awaiting caller sees each write's outcome before its ``await`` returns.
+
+A read beyond the window (the async layer fetched too little) returns ``None`` — the
+"would block" answer of a non-blocking raw stream, which the buffered layer turns into a
+partial result without losing state — and records how much was wanted, so the caller can fetch
+and continue. While an operation runs in a worker thread (the few cases the async layer cannot
+bound, see ``_files``), a miss reads the descriptor directly instead.
+
+The window is a cache below CPython's own 8 KiB buffer: like it, it can be stale with respect to
+another process's writes; end-of-file is re-checked by every operation.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ._compat import KERNEL_RW_MAX
+
+#: What a stream's file types are: read at the descriptor's position, not at an offset.
+REGULAR, STREAM = 0, 1
+
+
+def _einval() -> OSError:
+    return OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+
+def _espipe() -> OSError:
+    return OSError(errno.ESPIPE, os.strerror(errno.ESPIPE))
+
+
+class WindowRaw(io.RawIOBase):
+    """A raw file (``FileIO``'s behaviour and errors) over a window of prefetched data."""
+
+    # ``name`` and ``mode`` are plain attributes, as on FileIO (``open()`` sets ``name``).
+    name: Any
+    mode: str
+
+    def __init__(self, fd: int, *, kind: int, readable: bool, writable: bool, appending: bool,
+                 created: bool, seekable: bool, closefd: bool, size: int, pos: int,
+                 blksize: int, isatty: bool) -> None:
+        super().__init__()
+        self._fd = fd
+        self.kind = kind
+        self._readable = readable
+        self._writable = writable
+        self.appending = appending
+        self._seekable = seekable
+        self.closefd = closefd
+        self._isatty = isatty
+        self.blksize = blksize
+        self.mode = _mode_string(readable, writable, appending, created)
+        # The window: file bytes [wstart, wstart + len(buf)) (a regular file), or the stream's
+        # unread bytes from buf[rpos:] (a stream; wstart unused).
+        self.buf = bytearray()
+        self.wstart = 0
+        self.rpos = 0
+        self.pos = pos
+        self.size = size            # the file's size as we know it (regular files)
+        self.eof = -1               # offset known to be end-of-file in this operation, or -1
+        self.stream_eof = False     # a stream read returned 0 in this operation
+        self.missed = 0             # bytes the last read beyond the window wanted (0: none)
+        self.staged: list[tuple[int, bytes | None]] = []  # (offset, data) or (size, None)
+        self.in_op = False          # an async operation is running the stack right now
+        self.blocking_reader: Callable[[int, int], bytes] | None = None  # set in a worker
+        self._closed_fd = False
+
+    # --- state the async layer drives ---------------------------------------------------
+
+    @property
+    def wend(self) -> int:
+        return self.wstart + len(self.buf)
+
+    def begin(self) -> None:
+        """A new operation: end-of-file must be observed again, nothing missed yet."""
+        self.eof = -1
+        self.stream_eof = False
+        self.missed = 0
+
+    def available(self) -> int:
+        """Window bytes at the current position (regular file) or unread (stream)."""
+        if self.kind == STREAM:
+            return len(self.buf) - self.rpos
+        i = self.pos - self.wstart
+        return len(self.buf) - i if 0 <= i <= len(self.buf) else 0
+
+    def at_eof_after(self, n: int) -> bool:
+        """Whether the window holds ``n`` bytes from the position, or everything up to EOF."""
+        if self.kind == STREAM:
+            return len(self.buf) - self.rpos >= n or self.stream_eof
+        i = self.pos - self.wstart
+        if not 0 <= i <= len(self.buf):
+            return self.eof >= 0 and self.pos >= self.eof
+        return len(self.buf) - i >= n or (self.eof >= 0 and self.eof <= self.wend)
+
+    def window_view(self) -> tuple[bytearray, int, bool]:
+        """(buffer, index of the position in it, whether the buffer ends at EOF)."""
+        if self.kind == STREAM:
+            return self.buf, self.rpos, self.stream_eof
+        i = self.pos - self.wstart
+        if not 0 <= i <= len(self.buf):
+            return bytearray(), 0, self.eof >= 0 and self.pos >= self.eof
+        return self.buf, i, self.eof >= 0 and self.eof <= self.wend
+
+    def add_data(self, offset: int, data: bytes, requested: int) -> None:
+        """Data the engine read at ``offset`` (regular) or from the stream; a short read of a
+        regular file, or an empty read of a stream, is end-of-file."""
+        buf = self.buf
+        if self.kind == STREAM:
+            if self.rpos:
+                del buf[:self.rpos]
+                self.rpos = 0
+            if data:
+                buf += data
+            else:
+                self.stream_eof = True
+            return
+        if buf and self.wstart <= offset <= self.wend:
+            # Continue the window; keep up to 64 KiB behind the position for short seeks back.
+            drop = max(0, min(self.pos, offset) - self.wstart - 65536)
+            del buf[offset - self.wstart:]
+            del buf[:drop]
+            self.wstart += drop
+            buf += data
+        else:
+            self.buf = bytearray(data)
+            self.wstart = offset
+        end = offset + len(data)
+        if len(data) < requested:
+            self.eof = end
+            # Data ending here: the file's size. Nothing at an offset past our size: the size
+            # we know stands (nothing at an offset below it: the file shrank under us).
+            if data or end < self.size:
+                self.size = end
+        elif end > self.size:
+            self.size = end
+
+    def next_fetch(self) -> int:
+        """Offset at which the window continues from the position (regular files)."""
+        i = self.pos - self.wstart
+        return self.wend if 0 <= i <= len(self.buf) else self.pos
+
+    def drop_window(self) -> None:
+        self.buf = bytearray()
+        self.wstart = self.pos
+        self.rpos = 0
+
+    def take_staged(self) -> list[tuple[int, bytes | None]]:
+        staged, self.staged = self.staged, []
+        return staged
+
+    # --- RawIOBase ----------------------------------------------------------------------
+
+    def _check(self, want: str | None = None) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        if want == "r" and not self._readable:
+            raise io.UnsupportedOperation("File not open for reading")
+        if want == "w" and not self._writable:
+            raise io.UnsupportedOperation("File not open for writing")
+
+    def readable(self) -> bool:
+        self._check()
+        return self._readable
+
+    def writable(self) -> bool:
+        self._check()
+        return self._writable
+
+    def seekable(self) -> bool:
+        self._check()
+        return self._seekable
+
+    def isatty(self) -> bool:
+        self._check()
+        return self._isatty
+
+    def fileno(self) -> int:
+        self._check()
+        return self._fd
+
+    def readinto(self, b: Any) -> int | None:
+        self._check("r")
+        with memoryview(b) as mv, mv.cast("B") as out:
+            want = len(out)
+            if want == 0:
+                return 0
+            if self.kind == STREAM:
+                have = len(self.buf) - self.rpos
+                if have:
+                    n = min(want, have)
+                    out[:n] = self.buf[self.rpos:self.rpos + n]
+                    self.rpos += n
+                    return n
+                if self.stream_eof:
+                    return 0
+                return self._miss(out, want)
+            i = self.pos - self.wstart
+            if 0 <= i < len(self.buf):
+                n = min(want, len(self.buf) - i)
+                out[:n] = self.buf[i:i + n]
+                self.pos += n
+                return n
+            if self.eof >= 0 and self.pos >= self.eof:
+                return 0
+            return self._miss(out, want)
+
+    def _miss(self, out: memoryview, want: int) -> int | None:
+        reader = self.blocking_reader
+        if reader is not None:  # in a worker thread: the real system call
+            data = reader(min(want, KERNEL_RW_MAX), self.pos)
+            out[:len(data)] = data
+            if self.kind != STREAM:
+                self.pos += len(data)
+                self.drop_window()
+            return len(data)
+        self.missed = max(self.missed, want)
+        return None
+
+    def read(self, size: int | None = -1, /) -> bytes | None:
+        self._check("r")
+        n = -1 if size is None else size.__index__()
+        if n < 0:
+            return self.readall()
+        b = bytearray(n)
+        got = self.readinto(b)
+        if got is None:
+            return None
+        del b[got:]
+        return bytes(b)
+
+    def readall(self) -> bytes | None:  # type: ignore[override]
+        self._check()
+        if not self._readable:  # FileIO.readall just calls read(2)
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        parts: list[bytes] = []
+        while True:
+            chunk = self.read(max(self.available(), 65536))
+            if chunk is None:
+                return b"".join(parts) if parts else None
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+
+    def write(self, b: Any) -> int:
+        self._check("w")
+        data = bytes(b)  # the caller's buffer is only valid during this call
+        if not data:
+            return 0
+        if self.kind == STREAM:
+            self.staged.append((-1, data))
+            return len(data)
+        off = self.size if self.appending else self.pos
+        self.staged.append((off, data))
+        self._overlay(off, data)
+        self.pos = off + len(data)
+        self.size = max(self.size, self.pos)
+        return len(data)
+
+    def _overlay(self, off: int, data: bytes) -> None:
+        """Keep the window equal to what the file will hold once the staged write lands."""
+        end = off + len(data)
+        old_eof = self.eof
+        if old_eof >= 0:
+            self.eof = max(old_eof, end)
+        wstart, wend = self.wstart, self.wend
+        if not self._readable or end <= wstart:
+            return
+        # Past the window: extend it only across a hole after a known end of file (zeros).
+        if off > wend and old_eof != wend:
+            return
+        buf = self.buf
+        if end > wend:
+            buf.extend(bytes(end - wend))
+        lo = max(off, wstart)
+        buf[lo - wstart:end - wstart] = data[lo - off:]
+
+    def truncate(self, size: int | None = None) -> int:
+        self._check("w")
+        if self.kind == STREAM:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        size = self.pos if size is None else size.__index__()
+        if size < 0:
+            raise _einval()
+        self.staged.append((size, None))
+        self.size = size
+        if size < self.wend:
+            del self.buf[max(0, size - self.wstart):]
+        self.eof = size if self.wstart <= size <= self.wend else -1
+        return size
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._check()
+        pos = pos.__index__()
+        if not self._seekable:
+            raise _espipe()
+        if self.kind == STREAM:  # a seekable character device: its own position
+            new = os.lseek(self._fd, pos, whence)
+            self.drop_window()
+            self.pos = new
+            return new
+        if whence == os.SEEK_SET:
+            new = pos
+        elif whence == os.SEEK_CUR:
+            new = self.pos + pos
+        elif whence == os.SEEK_END:
+            new = self.size + pos
+        else:
+            raise _einval()
+        if new < 0:
+            raise _einval()
+        self.pos = new
+        return new
+
+    def tell(self) -> int:
+        self._check()
+        if not self._seekable:
+            raise _espipe()
+        if self.kind == STREAM:
+            return os.lseek(self._fd, 0, os.SEEK_CUR) - (len(self.buf) - self.rpos)
+        return self.pos
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if not self.in_op:
+                # Closed synchronously (the garbage collector, or a caller of the sync
+                # object): write what is staged and close the descriptor as FileIO would.
+                self._sync_flush_staged()
+        finally:
+            super().close()
+            if not self.in_op and self.closefd:
+                self.close_fd_now()
+
+    def close_fd_now(self) -> None:
+        if not self._closed_fd and self.closefd:
+            self._closed_fd = True
+            os.close(self._fd)
+
+    def _sync_flush_staged(self) -> None:
+        for off, data in self.take_staged():
+            if data is None:
+                os.ftruncate(self._fd, off)
+                continue
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view) if off < 0 else os.pwrite(self._fd, view, off)
+                view = view[n:]
+                if off >= 0:
+                    off += n
+
+    def __repr__(self) -> str:
+        return f"<aionative raw name={getattr(self, 'name', None)!r} mode={self.mode!r}>"
+
+
+def _mode_string(readable: bool, writable: bool, appending: bool, created: bool) -> str:
+    """``FileIO.mode`` for these flags."""
+    if created:
+        return "xb+" if readable else "xb"
+    if appending:
+        return "ab+" if readable else "ab"
+    if readable:
+        return "rb+" if writable else "rb"
+    return "wb"

@@ -1,0 +1,310 @@
+"""``aiofiles.tempfile``, served by the engine.
+
+``TemporaryFile`` is an ``O_TMPFILE`` descriptor and ``NamedTemporaryFile`` an
+``O_CREAT|O_EXCL`` file with ``tempfile``'s naming, both opened by the kernel (``openat`` on
+io_uring: no thread) and given ``aionative.open``'s file objects; the named file is unlinked on
+close when ``delete`` is true. ``SpooledTemporaryFile`` keeps data in memory until it rolls over,
+and ``TemporaryDirectory`` creates and removes a directory tree: both run in the executor, as in
+aiofiles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile as _tempfile
+from collections.abc import Awaitable, Generator
+from concurrent.futures import Executor
+from functools import partial
+from types import TracebackType
+from typing import Any, AnyStr, Generic
+
+from . import _kernelops as _k
+from ._files import AsyncBase
+from ._open import AiofilesContextManager, open_file
+
+__all__ = ["NamedTemporaryFile", "SpooledTemporaryFile", "TemporaryDirectory", "TemporaryFile"]
+
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+
+
+async def _tempdir(dir: str | bytes | os.PathLike[str] | None,
+                   executor: Executor | None) -> Any:
+    if dir is not None:
+        return os.fspath(dir)
+    if _tempfile.tempdir is None:  # the first call probes candidate directories
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, _tempfile.gettempdir)
+    return _tempfile.gettempdir()
+
+
+def _flags(mode: str) -> int:
+    flags = os.O_RDWR if "+" in mode else os.O_WRONLY
+    return flags | getattr(os, "O_NOFOLLOW", 0)
+
+
+async def _temporary_file(mode: str, buffering: int, encoding: str | None,
+                          newline: str | None, suffix: AnyStr | None, prefix: AnyStr | None,
+                          dir: Any, errors: str | None, loop: Any,
+                          executor: Executor | None) -> AsyncBase[Any]:
+    directory = await _tempdir(dir, executor)
+    fd = -1
+    if _O_TMPFILE:
+        try:
+            fd = await _k.open_fd(directory, _flags(mode) | _O_TMPFILE | os.O_EXCL, 0o600)
+        except (IsADirectoryError, OSError) as exc:
+            if not isinstance(exc, IsADirectoryError) and exc.errno not in (
+                    95, 21, 22):  # EOPNOTSUPP, EISDIR, EINVAL: no O_TMPFILE here
+                raise
+    if fd < 0:
+        fd, name = await _create_named(directory, suffix, prefix, mode)
+        await _k.unlink(name)
+    try:
+        return await open_file(fd, mode, buffering, encoding, errors, newline, loop=loop,
+                               executor=executor)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+async def _create_named(directory: Any, suffix: Any, prefix: Any, mode: str
+                        ) -> tuple[int, Any]:
+    """``tempfile.mkstemp``'s loop, with the kernel's openat."""
+    prefix, suffix, directory, output_type = _tempfile._sanitize_params(  # type: ignore[attr-defined]
+        prefix, suffix, directory)
+    names = _tempfile._get_candidate_names()  # type: ignore[attr-defined]
+    if output_type is bytes:
+        names = map(os.fsencode, names)
+    for _ in range(_tempfile.TMP_MAX):
+        name = os.path.join(directory, prefix + next(names) + suffix)
+        try:
+            fd = await _k.open_fd(name, _flags(mode) | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        return fd, os.path.abspath(name)
+    raise FileExistsError(17, "No usable temporary file name found")
+
+
+def TemporaryFile(mode: str = "w+b", buffering: int = -1, encoding: str | None = None,
+                  newline: str | None = None, suffix: AnyStr | None = None,
+                  prefix: AnyStr | None = None, dir: Any = None,
+                  loop: asyncio.AbstractEventLoop | None = None,
+                  executor: Executor | None = None, *, errors: str | None = None
+                  ) -> AiofilesContextManager[Any]:
+    """An unnamed temporary file (``tempfile.TemporaryFile``), opened by the kernel."""
+    return AiofilesContextManager(_temporary_file(mode, buffering, encoding, newline, suffix,
+                                                  prefix, dir, errors, loop, executor))
+
+
+async def _named(mode: str, buffering: int, encoding: str | None, newline: str | None,
+                 suffix: Any, prefix: Any, dir: Any, delete: bool, errors: str | None,
+                 loop: Any, executor: Executor | None) -> AsyncBase[Any]:
+    directory = await _tempdir(dir, executor)
+    fd, name = await _create_named(directory, suffix, prefix, mode)
+    try:
+        f = await open_file(fd, mode, buffering, encoding, errors, newline, loop=loop,
+                            executor=executor)
+    except BaseException:
+        os.close(fd)
+        await _k.unlink(name)
+        raise
+    assert f._raw is not None
+    f._raw.name = name
+    if delete:
+        f._unlink_on_close = name
+    return f
+
+
+if sys.version_info >= (3, 12):
+    def NamedTemporaryFile(mode: str = "w+b", buffering: int = -1,
+                           encoding: str | None = None, newline: str | None = None,
+                           suffix: AnyStr | None = None, prefix: AnyStr | None = None,
+                           dir: Any = None, delete: bool = True,
+                           loop: asyncio.AbstractEventLoop | None = None,
+                           executor: Executor | None = None, *, errors: str | None = None,
+                           delete_on_close: bool = True) -> AiofilesContextManager[Any]:
+        """A named temporary file (``tempfile.NamedTemporaryFile``), removed on close."""
+        return AiofilesContextManager(_named(mode, buffering, encoding, newline, suffix,
+                                             prefix, dir, delete and delete_on_close, errors,
+                                             loop, executor))
+else:
+    def NamedTemporaryFile(mode: str = "w+b", buffering: int = -1,
+                           encoding: str | None = None, newline: str | None = None,
+                           suffix: AnyStr | None = None, prefix: AnyStr | None = None,
+                           dir: Any = None, delete: bool = True,
+                           loop: asyncio.AbstractEventLoop | None = None,
+                           executor: Executor | None = None, *, errors: str | None = None
+                           ) -> AiofilesContextManager[Any]:
+        """A named temporary file (``tempfile.NamedTemporaryFile``), removed on close."""
+        return AiofilesContextManager(_named(mode, buffering, encoding, newline, suffix,
+                                             prefix, dir, delete, errors, loop, executor))
+
+
+class AsyncSpooledTemporaryFile:
+    """``tempfile.SpooledTemporaryFile`` with aiofiles' async members (run in the executor)."""
+
+    def __init__(self, file: _tempfile.SpooledTemporaryFile[Any],
+                 loop: asyncio.AbstractEventLoop | None = None,
+                 executor: Executor | None = None) -> None:
+        self._file = file
+        self._loop = loop
+        self._executor = executor
+
+    async def _call(self, name: str, *args: Any) -> Any:
+        loop = self._loop or asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, partial(getattr(self._file, name),
+                                                                  *args))
+
+    async def fileno(self) -> int:
+        return int(await self._call("fileno"))
+
+    async def rollover(self) -> None:
+        await self._call("rollover")
+
+    async def close(self) -> None:
+        await self._call("close")
+
+    async def flush(self) -> None:
+        await self._call("flush")
+
+    async def isatty(self) -> bool:
+        return bool(await self._call("isatty"))
+
+    async def read(self, size: int = -1) -> Any:
+        return await self._call("read", size)
+
+    async def readline(self, size: int = -1) -> Any:
+        return await self._call("readline", size)
+
+    async def readlines(self, hint: int = -1) -> list[Any]:
+        return list(await self._call("readlines", hint))
+
+    async def seek(self, offset: int, whence: int = 0) -> int:
+        return int(await self._call("seek", offset, whence))
+
+    async def tell(self) -> int:
+        return int(await self._call("tell"))
+
+    async def truncate(self, size: int | None = None) -> int | None:
+        return await self._call("truncate", size)  # type: ignore[no-any-return]
+
+    async def write(self, s: Any) -> int:
+        return int(await self._call("write", s))
+
+    async def writelines(self, iterable: Any) -> None:
+        await self._call("writelines", iterable)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._file.closed)
+
+    @property
+    def encoding(self) -> Any:
+        return self._file.encoding
+
+    @property
+    def mode(self) -> Any:
+        return self._file.mode
+
+    @property
+    def name(self) -> Any:
+        return self._file.name
+
+    @property
+    def newlines(self) -> Any:
+        return self._file.newlines
+
+    def __aiter__(self) -> AsyncSpooledTemporaryFile:
+        return self
+
+    async def __anext__(self) -> Any:
+        line = await self.readline()
+        if line:
+            return line
+        raise StopAsyncIteration
+
+
+async def _spooled(max_size: int, mode: str, buffering: int, encoding: str | None,
+                   newline: str | None, suffix: Any, prefix: Any, dir: Any,
+                   errors: str | None, loop: Any,
+                   executor: Executor | None) -> AsyncSpooledTemporaryFile:
+    running = asyncio.get_running_loop()
+    f = await running.run_in_executor(executor, partial(
+        _tempfile.SpooledTemporaryFile, max_size, mode, buffering, encoding, newline, suffix,
+        prefix, dir, errors=errors))
+    return AsyncSpooledTemporaryFile(f, loop, executor)
+
+
+def SpooledTemporaryFile(max_size: int = 0, mode: str = "w+b", buffering: int = -1,
+                         encoding: str | None = None, newline: str | None = None,
+                         suffix: AnyStr | None = None, prefix: AnyStr | None = None,
+                         dir: Any = None, loop: asyncio.AbstractEventLoop | None = None,
+                         executor: Executor | None = None, *, errors: str | None = None
+                         ) -> AiofilesContextManager[Any]:
+    """``tempfile.SpooledTemporaryFile``: in memory until ``max_size``, then on disk."""
+    return AiofilesContextManager(_spooled(max_size, mode, buffering, encoding, newline,
+                                           suffix, prefix, dir, errors, loop, executor))
+
+
+class AsyncTemporaryDirectory:
+    """``await TemporaryDirectory()``: the directory's ``name``; ``cleanup()`` removes it."""
+
+    def __init__(self, file: _tempfile.TemporaryDirectory[Any],
+                 loop: asyncio.AbstractEventLoop | None = None,
+                 executor: Executor | None = None) -> None:
+        self._file = file
+        self._loop = loop
+        self._executor = executor
+
+    @property
+    def name(self) -> Any:
+        return self._file.name
+
+    async def cleanup(self) -> None:
+        loop = self._loop or asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._file.cleanup)
+
+    async def close(self) -> None:
+        await self.cleanup()
+
+
+class AiofilesContextManagerTempDir(Generic[AnyStr]):
+    """``async with TemporaryDirectory() as name``: the name; removed on exit."""
+
+    __slots__ = ("_coro", "_obj")
+
+    def __init__(self, coro: Awaitable[AsyncTemporaryDirectory]) -> None:
+        self._coro: Awaitable[AsyncTemporaryDirectory] | None = coro
+        self._obj: AsyncTemporaryDirectory | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncTemporaryDirectory]:
+        if self._obj is None:
+            assert self._coro is not None
+            coro, self._coro = self._coro, None
+            self._obj = yield from coro.__await__()
+        return self._obj
+
+    async def __aenter__(self) -> Any:
+        return (await self).name
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
+        obj, self._obj = self._obj, None
+        if obj is not None:
+            await obj.cleanup()
+
+
+async def _tempdir_obj(suffix: Any, prefix: Any, dir: Any, loop: Any,
+                       executor: Executor | None) -> AsyncTemporaryDirectory:
+    running = asyncio.get_running_loop()
+    d = await running.run_in_executor(executor, partial(_tempfile.TemporaryDirectory, suffix,
+                                                        prefix, dir))
+    return AsyncTemporaryDirectory(d, loop, executor)
+
+
+def TemporaryDirectory(suffix: AnyStr | None = None, prefix: AnyStr | None = None,
+                       dir: Any = None, loop: asyncio.AbstractEventLoop | None = None,
+                       executor: Executor | None = None) -> AiofilesContextManagerTempDir[Any]:
+    """``tempfile.TemporaryDirectory``: ``async with`` gives its name."""
+    return AiofilesContextManagerTempDir(_tempdir_obj(suffix, prefix, dir, loop, executor))
