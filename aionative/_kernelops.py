@@ -10,6 +10,7 @@ Errors are what ``os`` raises: the same ``OSError`` subclass, errno, message and
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import os
 from collections.abc import Callable
@@ -90,7 +91,40 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
             None, functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)))
     fut = eng.openat(_dirfd(dir_fd), os.fsencode(path), flags | os.O_CLOEXEC,
                      mode, os.fspath(path))
-    return await _run_open(eng, fut)
+    try:
+        return await _run_open(eng, fut)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
+    # io_uring tries an open with O_NONBLOCK first, so a FIFO opened for writing with no
+    # reader fails with ENXIO where open(2) waits for one: wait in a worker, as open(2) does.
+    loop = asyncio.get_running_loop()
+    return await _run_open(None, loop.run_in_executor(
+        None, functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)))
+
+
+def opens_natively() -> bool:
+    """Whether ``open_fd`` is a kernel operation here (io_uring's ``openat``)."""
+    return _native("openat") is not None
+
+
+async def wait_readable(fd: int) -> None:
+    """Wait until the loop's selector reports ``fd`` readable (or hung up)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    blocking = os.get_blocking(fd)
+    loop.add_reader(fd, ready)
+    try:
+        await fut
+    finally:
+        loop.remove_reader(fd)
+        if blocking:  # uvloop (libuv's uv_poll_init) made it non-blocking
+            os.set_blocking(fd, True)
 
 
 async def close_fd(fd: int) -> None:

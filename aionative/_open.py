@@ -114,6 +114,7 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
         raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
     flags = validate(file, mode, buffering, encoding, errors, newline, closefd)
     name: Any
+    native_open = False
     if isinstance(file, int):
         fd = index(file)
         if fd < 0:
@@ -131,10 +132,11 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
                 raise ValueError(f"opener returned {fd}")
         else:
             fd = await _k.open_fd(name, flags, 0o666)
+            native_open = _k.opens_natively()
         owned = True
     try:
         return await _build(fd, name, mode, buffering, encoding, errors, newline, closefd,
-                            loop, executor)
+                            loop, executor, native_open and flags & os.O_ACCMODE == os.O_RDONLY)
     except _NotAFile as exc:
         # Refused before a file object existed: FileIO closes only a descriptor it opened.
         if owned:
@@ -158,11 +160,16 @@ class _NotAFile(Exception):
 async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | None,
                  errors: str | None, newline: str | None, closefd: bool,
                  loop: asyncio.AbstractEventLoop | None,
-                 executor: Executor | None) -> AsyncBase[Any]:
+                 executor: Executor | None, fifo_wait: bool = False) -> AsyncBase[Any]:
     try:
         st = await _k.fstat(fd)
     except OSError as exc:
         raise _NotAFile(exc) from None
+    if fifo_wait and stat.S_ISFIFO(st.st_mode):
+        # io_uring opened the FIFO with O_NONBLOCK first (then cleared it), so it did not
+        # wait for a writer as open(2) does, and a read now would see end-of-file: wait
+        # until a writer has written or come and gone (epoll reports neither before).
+        await _k.wait_readable(fd)
     if stat.S_ISDIR(st.st_mode):
         raise _NotAFile(IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), name))
     chars = set(mode)
