@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import (
+from . import (  # `import aiofiles` brings tempfile, threadpool and base too
     _backend,
     _engine,
+    base,
     tempfile,
+    threadpool,
 )
 from ._backend import BackendUnavailableError, available_backends, set_default_backend
 from ._engine import close_engine, get_engine
@@ -31,6 +33,7 @@ __all__ = [
     "BackendUnavailableError",
     "available_backends",
     "backend_info",
+    "base",
     "close_engine",
     "engine_stats",
     "fdatasync",
@@ -50,6 +53,7 @@ __all__ = [
     "stdout",
     "stdout_bytes",
     "tempfile",
+    "threadpool",
     "write_bytes",
     "write_text",
 ]

@@ -154,6 +154,14 @@ class AsyncBase(Generic[S]):
         self._readahead = _READAHEAD_MIN
         self._bufsize = io.DEFAULT_BUFFER_SIZE
         self._unlink_on_close: Any = None  # a NamedTemporaryFile's path
+        self._unlink_on_exit: Any = None   # … with delete_on_close=False (3.12+)
+        # How many more lines ``async for`` may read without checking the window (see
+        # __anext__); any other call resets it.
+        self._safe_lines = 0
+        # Opened from a descriptor the caller holds: keep the descriptor's offset where
+        # FileIO's read(2)/write(2) would leave it, and follow it if the caller moves it.
+        self._fd_shared = False
+        self._synced_pos = -1
 
     # --- the machinery --------------------------------------------------------------------
 
@@ -168,9 +176,35 @@ class AsyncBase(Generic[S]):
         if self._busy or self._unfinished:
             return False
         self._busy = True
+        self._safe_lines = 0
         assert self._raw is not None
         self._raw.begin()
+        if self._fd_shared:
+            self._pull_offset()
         return True
+
+    def _pull_offset(self) -> None:
+        raw = self._raw
+        assert raw is not None
+        if raw.closed or raw._closed_fd:
+            return
+        try:
+            pos = os.lseek(raw._fd, 0, os.SEEK_CUR)
+        except OSError:
+            return
+        if pos != self._synced_pos:
+            raw.pos = self._synced_pos = pos
+            raw.drop_window()
+
+    def _push_offset(self) -> None:
+        raw = self._raw
+        assert raw is not None
+        if raw._closed_fd or raw.pos == self._synced_pos:
+            return
+        try:
+            self._synced_pos = os.lseek(raw._fd, raw.pos, os.SEEK_SET)
+        except OSError:
+            pass
 
     async def _lock(self) -> None:
         loop = asyncio.get_running_loop()
@@ -186,6 +220,7 @@ class AsyncBase(Generic[S]):
                     self._wake()  # we were handed the turn: pass it on
                 raise
         self._busy = True
+        self._safe_lines = 0
         try:
             await self._finish_unfinished()
         except BaseException:
@@ -193,11 +228,19 @@ class AsyncBase(Generic[S]):
             raise
         assert self._raw is not None
         self._raw.begin()
+        if self._fd_shared:
+            self._pull_offset()
 
     def _unlock(self) -> None:
+        if self._fd_shared:
+            self._push_offset()
         self._busy = False
         if self._waiters:
             self._wake()
+
+    def _settle_ahead(self) -> None:
+        """Synchronous members that hand out the stack end the iteration budget."""
+        self._safe_lines = 0
 
     def _wake(self) -> None:
         while self._waiters:
@@ -325,6 +368,13 @@ class AsyncBase(Generic[S]):
             await self._push_list(staged)
 
     async def _push_list(self, staged: list[tuple[int, bytes | None]]) -> None:
+        raw = self._raw
+        assert raw is not None
+        await self._push_items(staged)
+        if raw.appending and raw.kind != STREAM and not raw.closed:
+            raw.sync_append_position()
+
+    async def _push_items(self, staged: list[tuple[int, bytes | None]]) -> None:
         raw = self._raw
         assert raw is not None
         fd = raw._fd
@@ -586,10 +636,68 @@ class AsyncBase(Generic[S]):
         return self
 
     async def __anext__(self) -> S:
-        line = await self.readline()
+        """The next line, as ``readline()`` would return it (aiofiles' iteration).
+
+        When the window is known to hold the ends of the next lines, they are read by the
+        builtin's ``readline`` directly — no lock, fetch or check per line — until that
+        budget is spent or any other call on the file resets it."""
+        if self._safe_lines > 0 and not self._busy:
+            self._safe_lines -= 1
+            raw = self._raw
+            assert raw is not None
+            raw.in_op = True
+            try:
+                line: S = self._file.readline()
+            finally:
+                raw.in_op = False
+            if raw.missed:  # cannot happen; never silently
+                raise RuntimeError("aionative: a line went past its window")
+            if line:
+                return line
+            raise StopAsyncIteration
+        line = await self._next_line()
         if line:
             return line
         raise StopAsyncIteration
+
+    def _batch_term(self) -> bytes | None:
+        """The byte sequence that ends every line, if counting them is possible here."""
+        return None
+
+    async def _next_line(self) -> S:
+        raw = self._raw
+        term = self._batch_term() if raw is not None else None
+        if (raw is None or term is None or raw.kind == STREAM or self._dirty or raw.closed
+                or not raw._readable):
+            return await self.readline()
+        if not self._try_lock():
+            await self._lock()
+        try:
+            while True:
+                buf, i, at_eof = raw.window_view()
+                count = buf.count(term, i, i + 65536)
+                if count >= 2 or at_eof:
+                    break
+                await self._fetch(len(buf) - i + self._readahead)
+            # Each of those line ends closes a line at or after the current one: that many
+            # readline() calls (all of them, at end-of-file) stay within the window.
+            budget = count + 1 if at_eof else count
+            line: S = self._run(self._file.readline)
+            if raw.missed:
+                raw.missed = 0
+                if isinstance(line, str):
+                    raise RuntimeError("aionative: a text line went past its window")
+                return await self._readline_rest(line)
+            await self._push()
+            self._safe_lines = budget - 1 if line and not self._fd_shared else 0
+            return line
+        finally:
+            safe = self._safe_lines
+            self._unlock()
+            self._safe_lines = safe
+
+    async def _readline_rest(self, head: bytes) -> bytes:
+        raise NotImplementedError
 
     def __del__(self) -> None:
         raw = getattr(self, "_raw", None)
@@ -738,15 +846,35 @@ class _BinaryBase(AsyncBase[bytes]):
     def readable(self) -> bool:
         return bool(self._file.readable())
 
+    def _batch_term(self) -> bytes | None:
+        return b"\n"
+
+    async def _readline_rest(self, head: bytes) -> bytes:
+        """A binary line cut short by the window: continue it (called with the lock)."""
+        raw = self._raw
+        assert raw is not None
+        res = head
+        while not res.endswith(b"\n"):
+            await self._push()
+            await self._fetch(self._readahead)
+            more = self._run(self._file.readline) or b""
+            if not more:
+                break
+            res += more
+        await self._push()
+        return res
+
 
 class _BufferedBase(_BinaryBase):
     """What BufferedReader, BufferedWriter and BufferedRandom wrappers share."""
 
     @property
     def raw(self) -> Any:
+        self._settle_ahead()
         return self._file.raw
 
     def detach(self) -> Any:
+        self._settle_ahead()
         return self._file.detach()
 
     async def _buffered_once(self, fn: Callable[..., T], *args: Any, n: int) -> T:
@@ -867,6 +995,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
 
     @property
     def buffer(self) -> Any:
+        self._settle_ahead()
         return self._file.buffer
 
     @property
@@ -883,6 +1012,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
 
     @property
     def newlines(self) -> str | tuple[str, ...] | None:
+        self._settle_ahead()
         return self._file.newlines  # type: ignore[no-any-return]
 
     async def readable(self) -> bool:  # async in text mode, as in aiofiles
@@ -891,7 +1021,16 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         return bool(self._file.readable())
 
     def detach(self) -> Any:
+        self._settle_ahead()
         return self._file.detach()
+
+    def _batch_term(self) -> bytes | None:
+        rules = self._rules
+        if rules is None or rules.unit != 1 or not rules.patterns:
+            return None
+        if len(rules.patterns) == 2:  # universal newlines: every "\n" ends a line
+            return b"\n"
+        return rules.patterns[0][0]
 
     def _needs_thread(self) -> bool:
         raw = self._raw
@@ -922,7 +1061,8 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         if lines == -1 or (lines == -2 and chars < 0):
             await self._fetch_to_eof()
         else:
-            limit = chars * 8 + 64 if chars >= 0 else _HUGE
+            # n characters come from at most 8n bytes only where decoding cannot drop bytes.
+            limit = chars * 8 + 64 if chars >= 0 and rules.bounded else _HUGE
             if lines == -2:
                 await self._fetch(limit)
             else:

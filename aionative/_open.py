@@ -79,7 +79,8 @@ class AiofilesContextManager(Generic[F]):
 
     def __await__(self) -> Generator[Any, None, F]:
         if self._obj is None:
-            assert self._coro is not None, "the file was closed by async with"
+            if self._coro is None:
+                raise RuntimeError("cannot reuse already awaited coroutine")
             coro, self._coro = self._coro, None
             self._obj = yield from coro.__await__()
         return self._obj
@@ -91,7 +92,15 @@ class AiofilesContextManager(Generic[F]):
                         exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
         obj, self._obj = self._obj, None
         if obj is not None:
-            await obj.close()
+            try:
+                await obj.close()
+            finally:
+                path = getattr(obj, "_unlink_on_exit", None)
+                if path is not None:  # NamedTemporaryFile(delete_on_close=False)
+                    try:
+                        await _k.unlink(path)
+                    except FileNotFoundError:
+                        pass
 
     def close(self) -> None:
         """Close the coroutine if it was never awaited (no file was opened)."""
@@ -223,7 +232,7 @@ async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | 
         if binary:
             f = AsyncFileIO(raw, loop, executor, raw=raw, route=route)
             f._bufsize = blksize
-            return f
+            return _share(f, raw, name)
         raw.in_op = True  # closing it must not close the descriptor (the caller does)
         raw.close()
         raise ValueError("can't have unbuffered text I/O")
@@ -241,7 +250,7 @@ async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | 
         else:
             result = AsyncBufferedReader(buffer, loop, executor, raw=raw, route=route)
         result._bufsize = buffering
-        return result
+        return _share(result, raw, name)
     raw.in_op = True
     try:
         text = io.TextIOWrapper(buffer, encoding, errors, newline, line_buffering)
@@ -253,7 +262,15 @@ async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | 
     text.mode = mode  # type: ignore[misc]  # io.open sets it too
     result = AsyncTextIOWrapper(text, loop, executor, raw=raw, route=route, newline=newline)
     result._bufsize = buffering
-    return result
+    return _share(result, raw, name)
+
+
+def _share(f: F, raw: WindowRaw, name: Any) -> F:
+    """A file opened from the caller's descriptor keeps that descriptor's offset current."""
+    if isinstance(name, int) and raw.kind != STREAM:
+        f._fd_shared = True
+        f._synced_pos = raw.pos
+    return f
 
 
 if TYPE_CHECKING:

@@ -76,6 +76,8 @@ class WindowRaw(io.RawIOBase):
         self.in_op = False          # an async operation is running the stack right now
         self.blocking_reader: Callable[[int, int], bytes] | None = None  # set in a worker
         self._closed_fd = False
+        self.appended = False       # the position was last set by an append: the kernel's
+        #                             end of file decides it once the write lands
 
     # --- state the async layer drives ---------------------------------------------------
 
@@ -217,9 +219,16 @@ class WindowRaw(io.RawIOBase):
                 return 0
             return self._miss(out, want)
 
+    def _sync_read(self, n: int, pos: int) -> bytes:
+        return os.read(self._fd, n) if self.kind == STREAM else os.pread(self._fd, n, pos)
+
     def _miss(self, out: memoryview, want: int) -> int | None:
         reader = self.blocking_reader
-        if reader is not None:  # in a worker thread: the real system call
+        if reader is None and not self.in_op:
+            # Used synchronously (a detached buffer, ``f.buffer``/``f.raw``, a finalizer):
+            # behave as FileIO does, with the real, blocking system call.
+            reader = self._sync_read
+        if reader is not None:  # in a worker thread, or synchronous use
             data = reader(min(want, KERNEL_RW_MAX), self.pos)
             out[:len(data)] = data
             if self.kind != STREAM:
@@ -261,12 +270,17 @@ class WindowRaw(io.RawIOBase):
             return 0
         if self.kind == STREAM:
             self.staged.append((-1, data))
+            if not self.in_op:
+                self._sync_flush_staged()
             return len(data)
         off = self.size if self.appending else self.pos
+        self.appended = self.appending
         self.staged.append((off, data))
         self._overlay(off, data)
         self.pos = off + len(data)
         self.size = max(self.size, self.pos)
+        if not self.in_op:
+            self._sync_flush_staged()
         return len(data)
 
     def _overlay(self, off: int, data: bytes) -> None:
@@ -298,7 +312,9 @@ class WindowRaw(io.RawIOBase):
         self.size = size
         if size < self.wend:
             del self.buf[max(0, size - self.wstart):]
-        self.eof = size if self.wstart <= size <= self.wend else -1
+        self.eof = size
+        if not self.in_op:
+            self._sync_flush_staged()
         return size
 
     def seek(self, pos: int, whence: int = 0) -> int:
@@ -316,11 +332,15 @@ class WindowRaw(io.RawIOBase):
         elif whence == os.SEEK_CUR:
             new = self.pos + pos
         elif whence == os.SEEK_END:
+            if not self.in_op and self.blocking_reader is None:
+                self.size = os.fstat(self._fd).st_size
             new = self.size + pos
         else:
             raise _einval()
         if new < 0:
             raise _einval()
+        if new != self.pos or whence != os.SEEK_CUR:  # seek(0, SEEK_CUR) just asks
+            self.appended = False
         self.pos = new
         return new
 
@@ -351,7 +371,8 @@ class WindowRaw(io.RawIOBase):
             os.close(self._fd)
 
     def _sync_flush_staged(self) -> None:
-        for off, data in self.take_staged():
+        staged = self.take_staged()
+        for off, data in staged:
             if data is None:
                 os.ftruncate(self._fd, off)
                 continue
@@ -361,6 +382,18 @@ class WindowRaw(io.RawIOBase):
                 view = view[n:]
                 if off >= 0:
                     off += n
+        self.sync_append_position()
+
+    def sync_append_position(self) -> None:
+        """After appending: the kernel wrote at the file's end, wherever other writers left
+        it; the position is that end, as FileIO's is (unless a seek moved it since)."""
+        if not self.appended:
+            return
+        self.appended = False
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        if end != self.pos:
+            self.pos = self.size = end
+            self.drop_window()
 
     def __repr__(self) -> str:
         return f"<aionative raw name={getattr(self, 'name', None)!r} mode={self.mode!r}>"

@@ -24,12 +24,16 @@ def _resolve(path: str) -> Any:
 
 
 class AsyncIndirectBase:
-    """Resolves ``_file`` from a dotted name (``"sys.stdout.buffer"``) on every access."""
+    """Resolves ``_file`` on every access: from a dotted name (``"sys.stdout.buffer"``), or
+    by calling ``indirect`` (aiofiles' constructor argument) when one is given."""
 
     _name: str
+    _indirect: Any = None
 
     @property
     def _file(self) -> Any:
+        if self._indirect is not None:
+            return self._indirect()
         return _resolve(self._name)
 
     @_file.setter
@@ -41,32 +45,36 @@ class AsyncTextIndirectIOWrapper(AsyncIndirectBase, AsyncTextIOWrapper):
     """``sys.stdin``/``stdout``/``stderr``, resolved on each call."""
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop | None = None,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, indirect: Any = None) -> None:
         AsyncTextIOWrapper.__init__(self, name, loop, executor)
+        self._indirect = indirect
 
 
 class AsyncIndirectBufferedReader(AsyncIndirectBase, AsyncBufferedReader):
     """``sys.stdin.buffer``, resolved on each call."""
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop | None = None,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, indirect: Any = None) -> None:
         AsyncBufferedReader.__init__(self, name, loop, executor)
+        self._indirect = indirect
 
 
 class AsyncIndirectBufferedIOBase(AsyncIndirectBase, AsyncBufferedIOBase):
     """``sys.stdout.buffer``/``sys.stderr.buffer``, resolved on each call."""
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop | None = None,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, indirect: Any = None) -> None:
         AsyncBufferedIOBase.__init__(self, name, loop, executor)
+        self._indirect = indirect
 
 
 class AsyncIndirectFileIO(AsyncIndirectBase, AsyncFileIO):
     """A raw standard stream, resolved on each call."""
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop | None = None,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, indirect: Any = None) -> None:
         AsyncFileIO.__init__(self, name, loop, executor)
+        self._indirect = indirect
 
 
 stdin = AsyncTextIndirectIOWrapper("sys.stdin")

@@ -11,7 +11,6 @@ sequences per combination (CI: the default below).
 from __future__ import annotations
 
 import asyncio
-import io
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -38,22 +37,41 @@ PIECES = ["a", "bc", "line", "\n", "\r\n", "\r", "é", "中文", "😀", " ", "x
           "Ω", "tab\t"]
 
 
+class Content:
+    """A file's initial bytes as a short recipe (so a failing example prints compactly)."""
+
+    def __init__(self, text: str, enc: str, raw: bytes, damage: int | None,
+                 repeat: int, cut: int) -> None:
+        self.text, self.enc, self.raw, self.damage = text, enc, raw, damage
+        self.repeat, self.cut = repeat, cut
+
+    def build(self) -> bytes:
+        data = self.raw if self.enc == "raw" else self.text.encode(self.enc, errors="replace")
+        if self.damage is not None and data:  # an invalid byte somewhere
+            i = self.damage % len(data)
+            data = data[:i] + b"\xff" + data[i:]
+        if data:
+            data = (data * self.repeat)[:self.cut] if self.cut else data * self.repeat
+        return data
+
+    def __repr__(self) -> str:
+        return (f"Content({self.text[:80]!r}, {self.enc!r}, {self.raw[:40]!r}, {self.damage}, "
+                f"{self.repeat}, {self.cut})")
+
+
 @st.composite
-def contents(draw: st.DrawFn) -> bytes:
+def contents(draw: st.DrawFn) -> Content:
     text = "".join(draw(st.lists(st.sampled_from(PIECES), max_size=60)))
     enc = draw(st.sampled_from(["utf-8", "latin-1", "utf-16", "raw"]))
-    if enc == "raw":
-        return draw(st.binary(max_size=300))
-    data = text.encode(enc, errors="replace")
-    if draw(st.booleans()) and data:  # damage: an invalid byte somewhere
-        i = draw(st.integers(0, len(data) - 1))
-        data = data[:i] + b"\xff" + data[i:]
+    raw = draw(st.binary(max_size=300)) if enc == "raw" else b""
+    damage = draw(st.none() | st.integers(0, 10_000))
     size = draw(st.integers(0, 19))
-    if size == 0 and data:  # large: reads slide the window and grow the read-ahead
-        data = (data * (1_500_000 // len(data) + 1))[:draw(st.integers(70_000, 1_500_000))]
+    repeat, cut = 1, 0
+    if size == 0:  # large: reads slide the window and grow the read-ahead
+        repeat, cut = 1_500_000, draw(st.integers(70_000, 1_500_000))
     elif size <= 2:  # reads cross many buffers
-        data = data * 200
-    return data
+        repeat = 200
+    return Content(text, enc, raw, damage, repeat, cut)
 
 
 SIZES = st.one_of(st.integers(-2, 40), st.sampled_from([None, 4096, 9000, 100000]))
@@ -258,14 +276,14 @@ async def run_scenario(tmp: Path, sc: dict[str, Any]) -> None:
         if p.exists():
             p.unlink()
         if sc["exists"]:
-            p.write_bytes(sc["content"])
+            p.write_bytes(sc["content"].build())
     mode, kw = sc["mode"], sc["kw"]
     with_warnings = kw.get("buffering") == 1 and "b" in mode
     import warnings
     with warnings.catch_warnings():
         if with_warnings:
             warnings.simplefilter("ignore", RuntimeWarning)
-        o1 = outcome(lambda: io.open(pa, mode, **kw))
+        o1 = outcome(lambda: open(pa, mode, **kw))  # noqa: SIM115 - closed below
         o2 = await aoutcome(lambda: aionative.open(pb, mode, **kw))
     if o1[0] != "ok" or o2[0] != "ok":
         if o1[0] == "ok":

@@ -52,7 +52,7 @@ class Ticker:
             await asyncio.sleep(0.001)
             self.lags.append(time.perf_counter() - t0 - 0.001)
 
-    def __enter__(self) -> Ticker:
+    def __enter__(self) -> Ticker:  # noqa: PYI034
         self._task = asyncio.get_running_loop().create_task(self._run())
         return self
 
@@ -139,7 +139,7 @@ async def test_cancelled_open_of_a_fifo_leaks_no_descriptor(backend: str, fifo: 
     aionative.get_engine()  # its ring and eventfd are not leaks
     before = open_fds()
     for how in ("await", "async with"):
-        async def opener() -> None:
+        async def opener(how: str = how) -> None:
             if how == "await":
                 f = await aionative.open(fifo, "rb")
                 await f.close()
@@ -185,7 +185,7 @@ async def test_pipe_by_descriptor(backend: str) -> None:
 async def test_pseudo_files_have_content_despite_size_zero(backend: str, path: str) -> None:
     if not os.path.exists(path):
         pytest.skip(f"{path} not here")
-    with open(path, "rb") as f:
+    with open(path, "rb") as f:  # noqa: ASYNC230 - the reference read
         expected = f.read()
     assert expected  # and st_size is 0 (or a page) for these
     async with aionative.open(path, "rb") as f:

@@ -34,6 +34,12 @@ from .._stdio import (
     AsyncIndirectBufferedReader,
     AsyncIndirectFileIO,
     AsyncTextIndirectIOWrapper,
+    stderr,
+    stderr_bytes,
+    stdin,
+    stdin_bytes,
+    stdout,
+    stdout_bytes,
 )
 
 __all__ = [
@@ -45,12 +51,22 @@ __all__ = [
     "AsyncIndirectFileIO",
     "AsyncTextIOWrapper",
     "AsyncTextIndirectIOWrapper",
+    "binary",
     "open",
+    "stderr",
+    "stderr_bytes",
+    "stdin",
+    "stdin_bytes",
+    "stdout",
+    "stdout_bytes",
     "sync_open",
+    "text",
     "wrap",
 ]
 
 sync_open = builtins.open
+
+from . import binary, text
 
 
 @singledispatch

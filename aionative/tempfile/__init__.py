@@ -20,11 +20,14 @@ from functools import partial
 from types import TracebackType
 from typing import Any, AnyStr, Generic
 
-from . import _kernelops as _k
-from ._files import AsyncBase
-from ._open import AiofilesContextManager, open_file
+from .. import _kernelops as _k
+from .._files import AsyncBase
+from .._open import AiofilesContextManager, open_file
+from .temptypes import AsyncSpooledTemporaryFile, AsyncTemporaryDirectory
 
 __all__ = ["NamedTemporaryFile", "SpooledTemporaryFile", "TemporaryDirectory", "TemporaryFile"]
+
+from . import temptypes as temptypes  # the submodule, as aiofiles.tempfile has it
 
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 
@@ -40,8 +43,8 @@ async def _tempdir(dir: str | bytes | os.PathLike[str] | None,
 
 
 def _flags(mode: str) -> int:
-    flags = os.O_RDWR if "+" in mode else os.O_WRONLY
-    return flags | getattr(os, "O_NOFOLLOW", 0)
+    # tempfile opens read-write whatever the mode (the mode only shapes the file object).
+    return os.O_RDWR | getattr(os, "O_NOFOLLOW", 0)
 
 
 async def _temporary_file(mode: str, buffering: int, encoding: str | None,
@@ -99,7 +102,8 @@ def TemporaryFile(mode: str = "w+b", buffering: int = -1, encoding: str | None =
 
 async def _named(mode: str, buffering: int, encoding: str | None, newline: str | None,
                  suffix: Any, prefix: Any, dir: Any, delete: bool, errors: str | None,
-                 loop: Any, executor: Executor | None) -> AsyncBase[Any]:
+                 loop: Any, executor: Executor | None,
+                 delete_on_close: bool = True) -> AsyncBase[Any]:
     directory = await _tempdir(dir, executor)
     fd, name = await _create_named(directory, suffix, prefix, mode)
     try:
@@ -111,8 +115,11 @@ async def _named(mode: str, buffering: int, encoding: str | None, newline: str |
         raise
     assert f._raw is not None
     f._raw.name = name
-    if delete:
+    f.delete = delete  # type: ignore[attr-defined]  # as tempfile's wrapper has (< 3.12)
+    if delete and delete_on_close:
         f._unlink_on_close = name
+    elif delete:
+        f._unlink_on_exit = name  # removed when `async with` ends, not on close()
     return f
 
 
@@ -126,8 +133,8 @@ if sys.version_info >= (3, 12):
                            delete_on_close: bool = True) -> AiofilesContextManager[Any]:
         """A named temporary file (``tempfile.NamedTemporaryFile``), removed on close."""
         return AiofilesContextManager(_named(mode, buffering, encoding, newline, suffix,
-                                             prefix, dir, delete and delete_on_close, errors,
-                                             loop, executor))
+                                             prefix, dir, delete, errors, loop, executor,
+                                             delete_on_close))
 else:
     def NamedTemporaryFile(mode: str = "w+b", buffering: int = -1,
                            encoding: str | None = None, newline: str | None = None,
@@ -139,90 +146,6 @@ else:
         """A named temporary file (``tempfile.NamedTemporaryFile``), removed on close."""
         return AiofilesContextManager(_named(mode, buffering, encoding, newline, suffix,
                                              prefix, dir, delete, errors, loop, executor))
-
-
-class AsyncSpooledTemporaryFile:
-    """``tempfile.SpooledTemporaryFile`` with aiofiles' async members (run in the executor)."""
-
-    def __init__(self, file: _tempfile.SpooledTemporaryFile[Any],
-                 loop: asyncio.AbstractEventLoop | None = None,
-                 executor: Executor | None = None) -> None:
-        self._file = file
-        self._loop = loop
-        self._executor = executor
-
-    async def _call(self, name: str, *args: Any) -> Any:
-        loop = self._loop or asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(getattr(self._file, name),
-                                                                  *args))
-
-    async def fileno(self) -> int:
-        return int(await self._call("fileno"))
-
-    async def rollover(self) -> None:
-        await self._call("rollover")
-
-    async def close(self) -> None:
-        await self._call("close")
-
-    async def flush(self) -> None:
-        await self._call("flush")
-
-    async def isatty(self) -> bool:
-        return bool(await self._call("isatty"))
-
-    async def read(self, size: int = -1) -> Any:
-        return await self._call("read", size)
-
-    async def readline(self, size: int = -1) -> Any:
-        return await self._call("readline", size)
-
-    async def readlines(self, hint: int = -1) -> list[Any]:
-        return list(await self._call("readlines", hint))
-
-    async def seek(self, offset: int, whence: int = 0) -> int:
-        return int(await self._call("seek", offset, whence))
-
-    async def tell(self) -> int:
-        return int(await self._call("tell"))
-
-    async def truncate(self, size: int | None = None) -> int | None:
-        return await self._call("truncate", size)  # type: ignore[no-any-return]
-
-    async def write(self, s: Any) -> int:
-        return int(await self._call("write", s))
-
-    async def writelines(self, iterable: Any) -> None:
-        await self._call("writelines", iterable)
-
-    @property
-    def closed(self) -> bool:
-        return bool(self._file.closed)
-
-    @property
-    def encoding(self) -> Any:
-        return self._file.encoding
-
-    @property
-    def mode(self) -> Any:
-        return self._file.mode
-
-    @property
-    def name(self) -> Any:
-        return self._file.name
-
-    @property
-    def newlines(self) -> Any:
-        return self._file.newlines
-
-    def __aiter__(self) -> AsyncSpooledTemporaryFile:
-        return self
-
-    async def __anext__(self) -> Any:
-        line = await self.readline()
-        if line:
-            return line
-        raise StopAsyncIteration
 
 
 async def _spooled(max_size: int, mode: str, buffering: int, encoding: str | None,
@@ -245,28 +168,6 @@ def SpooledTemporaryFile(max_size: int = 0, mode: str = "w+b", buffering: int = 
     """``tempfile.SpooledTemporaryFile``: in memory until ``max_size``, then on disk."""
     return AiofilesContextManager(_spooled(max_size, mode, buffering, encoding, newline,
                                            suffix, prefix, dir, errors, loop, executor))
-
-
-class AsyncTemporaryDirectory:
-    """``await TemporaryDirectory()``: the directory's ``name``; ``cleanup()`` removes it."""
-
-    def __init__(self, file: _tempfile.TemporaryDirectory[Any],
-                 loop: asyncio.AbstractEventLoop | None = None,
-                 executor: Executor | None = None) -> None:
-        self._file = file
-        self._loop = loop
-        self._executor = executor
-
-    @property
-    def name(self) -> Any:
-        return self._file.name
-
-    async def cleanup(self) -> None:
-        loop = self._loop or asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._file.cleanup)
-
-    async def close(self) -> None:
-        await self.cleanup()
 
 
 class AiofilesContextManagerTempDir(Generic[AnyStr]):
