@@ -45,7 +45,15 @@ from typing import Any, Generic, TypeVar
 
 from . import _kernelops as _k
 from ._engine import get_engine
-from ._raw import STREAM, WindowRaw
+from ._raw import (
+    ALIGN,
+    STREAM,
+    WindowRaw,
+    align_down,
+    direct_buffer,
+    direct_pread_sync,
+    rmw_blocks,
+)
 from ._threads import ThreadsEngine
 
 T = TypeVar("T")
@@ -275,8 +283,12 @@ class AsyncBase(Generic[S]):
         fd = raw._fd
         stream = raw.kind == STREAM
 
+        direct = raw.direct
+
         def reader(n: int, pos: int) -> bytes:
-            return os.read(fd, n) if stream else os.pread(fd, n, pos)
+            if stream:
+                return os.read(fd, n)
+            return direct_pread_sync(fd, n, pos) if direct else os.pread(fd, n, pos)
 
         def call() -> T:
             raw.blocking_reader = reader
@@ -294,6 +306,8 @@ class AsyncBase(Generic[S]):
     async def _read_at(self, size: int, offset: int) -> bytes:
         raw = self._raw
         assert raw is not None
+        if raw.direct and raw.kind != STREAM:
+            return await self._direct_read(size, offset)
         if self._route == "thread":
             if raw.kind == STREAM:
                 return await self._in_executor(os.read, raw._fd, size)
@@ -312,6 +326,49 @@ class AsyncBase(Generic[S]):
                 self._route = "thread"
                 return await self._in_executor(os.pread, raw._fd, size, offset)
             raise
+
+    async def _engine_readinto(self, buf: Any, offset: int) -> int:
+        eng = get_engine()
+        fut = eng.preadinto(self._raw_fd(), buf, offset)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            eng.cancel(fut)  # the kernel keeps `buf` (exported) until the read completes
+            raise
+
+    def _raw_fd(self) -> int:
+        assert self._raw is not None
+        return self._raw._fd
+
+    async def _direct_read(self, size: int, offset: int) -> bytes:
+        """An O_DIRECT read: the aligned superset into page-aligned memory, then the part asked
+        for."""
+        a0 = align_down(offset)
+        buf = direct_buffer(offset + size - a0)
+        got = await self._engine_readinto(buf, a0)
+        start = offset - a0
+        # Not closed here: an engine may still hold its export; unmapped when collected.
+        return buf[start:start + max(0, min(got - start, size))]
+
+    async def _direct_write(self, off: int, data: bytes) -> None:
+        """An O_DIRECT write: read the partial edge blocks, write the aligned range from
+        page-aligned memory, trim the file if the padding went past its new end."""
+        raw = self._raw
+        assert raw is not None
+        a0, a1, edges = rmw_blocks(off, len(data), raw.disk_size)
+        buf = direct_buffer(a1 - a0)
+        for edge in edges:
+            block = direct_buffer(ALIGN)
+            got = await self._engine_readinto(block, edge)
+            buf[edge - a0:edge - a0 + got] = block[:got]
+        buf[off - a0:off - a0 + len(data)] = data
+        eng = get_engine()
+        fut = eng.pwrite(raw._fd, memoryview(buf)[:a1 - a0], a0)
+        await asyncio.shield(fut)
+        new_size = max(raw.disk_size, off + len(data))
+        if a1 > new_size:
+            await _k.ftruncate(raw._fd, new_size)
+        raw.disk_size = new_size
 
     async def _fetch(self, need: int, at: int | None = None) -> None:
         """Make the window hold ``need`` bytes from ``at`` (default: the raw position), or
@@ -370,20 +427,26 @@ class AsyncBase(Generic[S]):
     async def _push_list(self, staged: list[tuple[int, bytes | None]]) -> None:
         raw = self._raw
         assert raw is not None
-        await self._push_items(staged)
+        end = await self._push_items(staged)
         if raw.appending and raw.kind != STREAM and not raw.closed:
-            raw.sync_append_position()
+            raw.sync_append_position(end)
 
-    async def _push_items(self, staged: list[tuple[int, bytes | None]]) -> None:
+    async def _push_items(self, staged: list[tuple[int, bytes | None]]) -> int:
+        """Hand staged writes and truncations to the engine in order; in append mode, return
+        the file's end measured right after the last write landed (-1: no write)."""
         raw = self._raw
         assert raw is not None
         fd = raw._fd
         staged = _coalesce(staged)
+        end = -1
         while staged:
             off, data = staged.pop(0)
             fut: asyncio.Future[Any]
             if data is None:
+                raw.disk_size = off
                 fut = asyncio.ensure_future(_k.ftruncate(fd, off))
+            elif raw.direct and off >= 0:
+                fut = asyncio.ensure_future(self._direct_write(off, data))
             elif self._route == "thread":
                 fut = asyncio.ensure_future(self._in_executor(_write_all, fd, data, off))
             else:
@@ -399,6 +462,9 @@ class AsyncBase(Generic[S]):
                 if fut.cancelled():
                     raise
                 fut.result()
+            if data is not None and raw.appending and off >= 0:
+                end = os.lseek(fd, 0, os.SEEK_END)
+        return end
 
     # --- the members every wrapper has ----------------------------------------------------
 
@@ -476,6 +542,10 @@ class AsyncBase(Generic[S]):
         if raw is None:
             return await self._in_executor(os.pread, self.fileno(), size, offset)
         raw._check("r")
+        if raw.direct:
+            if offset < 0 or size < 0:
+                raise OSError(22, os.strerror(22))
+            return await self._direct_read(size, offset)
         if self._route == "thread":
             return await self._in_executor(os.pread, raw._fd, size, offset)
         eng = get_engine()

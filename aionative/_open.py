@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import errno
+import fcntl
 import io
 import os
 import stat
@@ -118,10 +119,17 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
                     newline: str | None = None, closefd: bool = True,
                     opener: Opener | None = None, *,
                     loop: asyncio.AbstractEventLoop | None = None,
-                    executor: Executor | None = None) -> AsyncBase[Any]:
+                    executor: Executor | None = None, direct: bool = False) -> AsyncBase[Any]:
     if not isinstance(mode, str):
         raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
     flags = validate(file, mode, buffering, encoding, errors, newline, closefd)
+    if direct:
+        # O_DIRECT, with append emulated: the kernel would append at an unaligned end. Writes
+        # of partial blocks read them first, so the descriptor is read-write (the file object
+        # still refuses what its mode does not allow).
+        flags = (flags | os.O_DIRECT) & ~os.O_APPEND
+        if flags & os.O_ACCMODE == os.O_WRONLY:
+            flags = flags & ~os.O_ACCMODE | os.O_RDWR
     name: Any
     native_open = False
     if isinstance(file, int):
@@ -144,8 +152,15 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
             native_open = _k.opens_natively()
         owned = True
     try:
-        return await _build(fd, name, mode, buffering, encoding, errors, newline, closefd,
-                            loop, executor, native_open and flags & os.O_ACCMODE == os.O_RDONLY)
+        f = await _build(fd, name, mode, buffering, encoding, errors, newline, closefd,
+                         loop, executor, native_open and flags & os.O_ACCMODE == os.O_RDONLY)
+        if direct:
+            if not owned:  # the caller's descriptor: switch it to O_DIRECT (fcntl allows it)
+                fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+                fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_DIRECT)
+            assert f._raw is not None
+            f._raw.direct = True
+        return f
     except _NotAFile as exc:
         # Refused before a file object existed: FileIO closes only a descriptor it opened.
         if owned:
@@ -287,42 +302,44 @@ if TYPE_CHECKING:
 def open(file: FileArg, mode: OpenTextMode = "r", buffering: int = -1,
          encoding: str | None = None, errors: str | None = None, newline: str | None = None,
          closefd: bool = True, opener: Opener | None = None, *,
-         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None
-         ) -> AiofilesContextManager[AsyncTextIOWrapper]: ...
+         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None,
+         direct: bool = False) -> AiofilesContextManager[AsyncTextIOWrapper]: ...
 @overload
 def open(file: FileArg, mode: OpenBinaryMode, buffering: Literal[0], encoding: None = None,
          errors: None = None, newline: None = None, closefd: bool = True,
          opener: Opener | None = None, *, loop: asyncio.AbstractEventLoop | None = None,
-         executor: Executor | None = None) -> AiofilesContextManager[AsyncFileIO]: ...
+         executor: Executor | None = None, direct: bool = False
+         ) -> AiofilesContextManager[AsyncFileIO]: ...
 @overload
 def open(file: FileArg, mode: OpenBinaryModeUpdating, buffering: Literal[-1, 1] = -1,
          encoding: None = None, errors: None = None, newline: None = None,
          closefd: bool = True, opener: Opener | None = None, *,
-         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None
-         ) -> AiofilesContextManager[AsyncBufferedReader]: ...
+         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None,
+         direct: bool = False) -> AiofilesContextManager[AsyncBufferedReader]: ...
 @overload
 def open(file: FileArg, mode: OpenBinaryModeWriting, buffering: Literal[-1, 1] = -1,
          encoding: None = None, errors: None = None, newline: None = None,
          closefd: bool = True, opener: Opener | None = None, *,
-         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None
-         ) -> AiofilesContextManager[AsyncBufferedIOBase]: ...
+         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None,
+         direct: bool = False) -> AiofilesContextManager[AsyncBufferedIOBase]: ...
 @overload
 def open(file: FileArg, mode: OpenBinaryModeReading, buffering: Literal[-1, 1] = -1,
          encoding: None = None, errors: None = None, newline: None = None,
          closefd: bool = True, opener: Opener | None = None, *,
-         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None
-         ) -> AiofilesContextManager[AsyncBufferedReader]: ...
+         loop: asyncio.AbstractEventLoop | None = None, executor: Executor | None = None,
+         direct: bool = False) -> AiofilesContextManager[AsyncBufferedReader]: ...
 @overload
 def open(file: FileArg, mode: str, buffering: int = -1, encoding: str | None = None,
          errors: str | None = None, newline: str | None = None, closefd: bool = True,
          opener: Opener | None = None, *, loop: asyncio.AbstractEventLoop | None = None,
-         executor: Executor | None = None) -> AiofilesContextManager[AsyncBase[Any]]: ...
+         executor: Executor | None = None, direct: bool = False
+         ) -> AiofilesContextManager[AsyncBase[Any]]: ...
 
 
 def open(file: FileArg, mode: str = "r", buffering: int = -1, encoding: str | None = None,
          errors: str | None = None, newline: str | None = None, closefd: bool = True,
          opener: Opener | None = None, *, loop: asyncio.AbstractEventLoop | None = None,
-         executor: Executor | None = None) -> AiofilesContextManager[Any]:
+         executor: Executor | None = None, direct: bool = False) -> AiofilesContextManager[Any]:
     """Open a file: ``aiofiles.open``'s signature and behaviour, the builtin ``open()``'s
     arguments, modes, results and errors, with every read and write served by the engine.
 
@@ -330,6 +347,13 @@ def open(file: FileArg, mode: str = "r", buffering: int = -1, encoding: str | No
     (the file, closed on exit). ``file`` is a path, a path-like object or a descriptor.
     ``loop`` and ``executor`` are aiofiles' (the executor runs ``opener`` and the calls that
     have no kernel path).
+
+    ``direct=True`` (beyond aiofiles) opens with ``O_DIRECT``, bypassing the page cache, and
+    handles the alignment: reads and writes of any size at any offset become aligned transfers
+    through page-aligned buffers (partial edge blocks read, modified and written back; the file
+    trimmed to its true size), so the descriptor is opened read-write. Append mode is
+    emulated at the size aionative knows.
     """
     return AiofilesContextManager(open_file(file, mode, buffering, encoding, errors, newline,
-                                            closefd, opener, loop=loop, executor=executor))
+                                            closefd, opener, loop=loop, executor=executor,
+                                            direct=direct))

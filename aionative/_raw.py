@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import io
+import mmap
 import os
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +32,76 @@ from ._compat import KERNEL_RW_MAX
 
 #: What a stream's file types are: read at the descriptor's position, not at an offset.
 REGULAR, STREAM = 0, 1
+
+#: O_DIRECT alignment of offsets, lengths and memory: the largest logical block size in use.
+ALIGN = 4096
+
+
+def align_down(n: int) -> int:
+    return n & ~(ALIGN - 1)
+
+
+def align_up(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def direct_buffer(n: int) -> mmap.mmap:
+    """Page-aligned memory for an O_DIRECT transfer."""
+    return mmap.mmap(-1, max(align_up(n), ALIGN))
+
+
+def rmw_blocks(off: int, length: int, disk_size: int) -> tuple[int, int, list[int]]:
+    """An O_DIRECT write of [off, off+length): the aligned range to write, and the partial
+    blocks at its edges whose current contents must be read first (those inside the file)."""
+    a0, a1 = align_down(off), align_up(off + length)
+    edges = []
+    if off > a0 and a0 < disk_size:
+        edges.append(a0)
+    last = a1 - ALIGN
+    if off + length < a1 and last < disk_size and last not in edges:
+        edges.append(last)
+    return a0, a1, edges
+
+
+def direct_pread_sync(fd: int, n: int, pos: int) -> bytes:
+    a0 = align_down(pos)
+    buf = direct_buffer(pos + n - a0)
+    try:
+        got = os.preadv(fd, [buf], a0)
+        start = pos - a0
+        return buf[start:start + max(0, min(got - start, n))]
+    finally:
+        buf.close()
+
+
+def direct_pwrite_sync(fd: int, off: int, data: bytes, disk_size: int) -> int:
+    """Write ``data`` at ``off`` through an O_DIRECT descriptor (read-modify-write of partial
+    edge blocks; the file is trimmed back if the aligned write went past its new end).
+    Returns the file's new size."""
+    a0, a1, edges = rmw_blocks(off, len(data), disk_size)
+    buf = direct_buffer(a1 - a0)
+    try:
+        for edge in edges:
+            block = direct_buffer(ALIGN)
+            try:
+                got = os.preadv(fd, [block], edge)
+                buf[edge - a0:edge - a0 + got] = block[:got]
+            finally:
+                block.close()
+        buf[off - a0:off - a0 + len(data)] = data
+        view = memoryview(buf)[:a1 - a0]
+        try:
+            done = 0
+            while done < len(view):
+                done += os.pwritev(fd, [view[done:]], a0 + done)
+        finally:
+            view.release()
+    finally:
+        buf.close()
+    new_size = max(disk_size, off + len(data))
+    if a1 > new_size:
+        os.ftruncate(fd, new_size)
+    return new_size
 
 
 def _einval() -> OSError:
@@ -76,6 +147,8 @@ class WindowRaw(io.RawIOBase):
         self.in_op = False          # an async operation is running the stack right now
         self.blocking_reader: Callable[[int, int], bytes] | None = None  # set in a worker
         self._closed_fd = False
+        self.direct = False         # O_DIRECT: aligned transfers through bounce buffers
+        self.disk_size = size       # the size on disk (direct writes pad, then trim to it)
         self.appended = False       # the position was last set by an append: the kernel's
         #                             end of file decides it once the write lands
 
@@ -220,7 +293,11 @@ class WindowRaw(io.RawIOBase):
             return self._miss(out, want)
 
     def _sync_read(self, n: int, pos: int) -> bytes:
-        return os.read(self._fd, n) if self.kind == STREAM else os.pread(self._fd, n, pos)
+        if self.kind == STREAM:
+            return os.read(self._fd, n)
+        if self.direct:
+            return direct_pread_sync(self._fd, n, pos)
+        return os.pread(self._fd, n, pos)
 
     def _miss(self, out: memoryview, want: int) -> int | None:
         reader = self.blocking_reader
@@ -372,9 +449,18 @@ class WindowRaw(io.RawIOBase):
 
     def _sync_flush_staged(self) -> None:
         staged = self.take_staged()
+        end = -1
         for off, data in staged:
             if data is None:
                 os.ftruncate(self._fd, off)
+                self.disk_size = off
+                continue
+            if self.appending and off >= 0:
+                end = -2  # measured after this write lands
+            if self.direct and off >= 0:
+                self.disk_size = direct_pwrite_sync(self._fd, off, data, self.disk_size)
+                if end == -2:
+                    end = os.lseek(self._fd, 0, os.SEEK_END)
                 continue
             view = memoryview(data)
             while view:
@@ -382,15 +468,17 @@ class WindowRaw(io.RawIOBase):
                 view = view[n:]
                 if off >= 0:
                     off += n
-        self.sync_append_position()
+            if end == -2:
+                end = os.lseek(self._fd, 0, os.SEEK_END)
+        self.sync_append_position(end)
 
-    def sync_append_position(self) -> None:
+    def sync_append_position(self, end: int) -> None:
         """After appending: the kernel wrote at the file's end, wherever other writers left
-        it; the position is that end, as FileIO's is (unless a seek moved it since)."""
-        if not self.appended:
+        it; the position is the end measured right after the last append landed, as FileIO's
+        is (unless a seek moved it since)."""
+        if not self.appended or end < 0:
             return
         self.appended = False
-        end = os.lseek(self._fd, 0, os.SEEK_END)
         if end != self.pos:
             self.pos = self.size = end
             self.drop_window()

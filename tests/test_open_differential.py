@@ -1,6 +1,7 @@
 """Differential test: the builtin ``open()`` (synchronously) and ``aionative.open`` (awaited)
 get identical files and identical hypothesis-generated sequences of operations — every method,
 every mode, buffering -1/0/1/small, several encodings, ``errors=`` and ``newline=`` settings,
+``direct=True`` (O_DIRECT) on aionative's side,
 content with mixed line endings, multi-byte characters and invalid bytes. Every return value,
 every exception (type, errno, message) and the final file contents must be equal.
 
@@ -24,7 +25,7 @@ import aionative
 
 from .conftest import LOOP_FACTORIES
 
-EXAMPLES = int(os.environ.get("AIONATIVE_DIFF_EXAMPLES", "300"))
+EXAMPLES = int(os.environ.get("AIONATIVE_DIFF_EXAMPLES", "500"))
 
 TEXT_MODES = ["r", "r+", "w", "w+", "a", "a+", "x", "x+"]
 BINARY_MODES = [m[0] + "b" + m[1:] for m in TEXT_MODES]
@@ -141,8 +142,10 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         kw["newline"] = draw(st.sampled_from(NEWLINES))
         ops = draw(st.lists(text_ops(), max_size=25))
     exists = draw(st.booleans()) if mode[0] == "x" else True
+    # aionative's direct=True (O_DIRECT, alignment handled) must not change any result.
+    direct = draw(st.integers(0, 4)) == 0
     return {"mode": mode, "kw": kw, "ops": ops, "content": draw(contents()),
-            "exists": exists}
+            "exists": exists, "direct": direct}
 
 
 def outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
@@ -284,7 +287,7 @@ async def run_scenario(tmp: Path, sc: dict[str, Any]) -> None:
         if with_warnings:
             warnings.simplefilter("ignore", RuntimeWarning)
         o1 = outcome(lambda: open(pa, mode, **kw))  # noqa: SIM115 - closed below
-        o2 = await aoutcome(lambda: aionative.open(pb, mode, **kw))
+        o2 = await aoutcome(lambda: aionative.open(pb, mode, **kw, direct=sc["direct"]))
     if o1[0] != "ok" or o2[0] != "ok":
         if o1[0] == "ok":
             o1[1].close()

@@ -317,3 +317,25 @@ async def test_io_uring_open_read_write_stat_close_use_no_thread(io_uring_only: 
         await aionative.write_bytes(path, b"x")
     assert extra() == 0, f"a thread was started: {threading.enumerate()}"
     assert threading.active_count() == python_threads
+
+
+async def test_direct_opens_o_direct_and_handles_alignment(backend: str, tmp_path: Path) -> None:
+    import fcntl
+    path = tmp_path / "direct.bin"
+    data = os.urandom(3 * 4096 + 123)
+    async with aionative.open(path, "wb", direct=True) as f:
+        assert fcntl.fcntl(f.fileno(), fcntl.F_GETFL) & os.O_DIRECT
+        for i in range(0, len(data), 1000):  # unaligned pieces at unaligned offsets
+            await f.write(data[i:i + 1000])
+    assert path.read_bytes() == data  # padded blocks trimmed back to the true size
+    async with aionative.open(path, "r+b", direct=True) as f:
+        assert await f.read(5) == data[:5]
+        await f.seek(4094)
+        await f.write(b"XYZ")        # straddles a block boundary: read-modify-write
+        assert await f.pread(9, 4091) == data[4091:4094] + b"XYZ" + data[4097:4100]
+        await f.seek(0)
+        expected = data[:4094] + b"XYZ" + data[4097:]
+        assert await f.read() == expected
+    async with aionative.open(path, "a", direct=True) as f:  # append, emulated
+        await f.write("end")
+    assert path.read_bytes() == expected + b"end"
