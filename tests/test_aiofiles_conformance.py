@@ -162,8 +162,10 @@ def _params(fn: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
 def test_open_signature_matches_aiofiles() -> None:
     aiofiles = pytest.importorskip("aiofiles")
     aiofiles_threadpool = pytest.importorskip("aiofiles.threadpool")
-    assert _params(aionative.open) == _params(aiofiles.open)
-    assert _params(aionative.threadpool.open) == _params(aiofiles_threadpool.open)
+    # aiofiles' parameters, then aionative's one addition: the keyword-only direct=False.
+    extra = [("direct", inspect.Parameter.KEYWORD_ONLY, False)]
+    assert _params(aionative.open) == _params(aiofiles.open) + extra
+    assert _params(aionative.threadpool.open) == _params(aiofiles_threadpool.open) + extra
     assert not inspect.iscoroutinefunction(aionative.open)
 
 
