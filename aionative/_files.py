@@ -246,6 +246,27 @@ class AsyncBase(Generic[S]):
         if self._waiters:
             self._wake()
 
+    def _after_failed_write(self, off: int, data: bytes, exc: OSError,
+                            dropped: list[tuple[int, bytes | None]]) -> None:
+        """A write failed (ENOSPC, EIO, …), perhaps after part of it landed: the position and
+        size become what the file really holds, so ``tell()`` agrees with the file; what did
+        not land (this write's rest, and the writes staged after it) is not retried."""
+        raw = self._raw
+        assert raw is not None
+        done = int(getattr(exc, "characters_written", 0) or 0)
+        ends = [off + len(data)] + [o + len(d) for o, d in dropped if d is not None and o >= 0]
+        if raw.kind != STREAM and off >= 0 and raw.pos in ends:
+            raw.pos = off + done
+        if raw.kind != STREAM:
+            try:
+                raw.size = raw.disk_size = os.fstat(raw._fd).st_size
+            except OSError:
+                pass
+            if raw.appending:
+                raw.pos = raw.size
+            raw.drop_window()
+        raw.appended = False
+
     def _settle_ahead(self) -> None:
         """Synchronous members that hand out the stack end the iteration budget."""
         self._safe_lines = 0
@@ -452,16 +473,21 @@ class AsyncBase(Generic[S]):
             else:
                 fut = get_engine().pwrite(fd, data, max(off, 0))
             try:
-                await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                if not fut.done():
-                    # The kernel has the data: let it finish; the next call reports it.
-                    self._unfinished.append(fut)
-                    self._unfinished_staged = staged
-                    raise
-                if fut.cancelled():
-                    raise
-                fut.result()
+                try:
+                    await asyncio.shield(fut)
+                except asyncio.CancelledError:
+                    if not fut.done():
+                        # The kernel has the data: let it finish; the next call reports it.
+                        self._unfinished.append(fut)
+                        self._unfinished_staged = staged
+                        raise
+                    if fut.cancelled():
+                        raise
+                    fut.result()
+            except OSError as exc:
+                if data is not None:
+                    self._after_failed_write(off, data, exc, staged)
+                raise
             if data is not None and raw.appending and off >= 0:
                 end = os.lseek(fd, 0, os.SEEK_END)
         return end

@@ -1,0 +1,121 @@
+"""Real faults, not injected ones: a filesystem that fills up, a file truncated or deleted by
+someone else while it is being read, a descriptor closed under an operation in flight.
+
+The tmpfs test needs to mount (root); it is skipped where that is not permitted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import aionative
+from tests.conftest import cold_file
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
+                         capture_output=True, check=False)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("mode,buffering", [("wb", 0), ("wb", -1), ("w", -1)])
+async def test_enospc_reports_the_error_and_tell_agrees_with_the_file(
+        backend: str, small_tmpfs: Path, mode: str, buffering: int) -> None:
+    path = small_tmpfs / "full.bin"
+    chunks: list[bytes] = []
+    f = await aionative.open(path, mode, buffering=buffering,
+                             **({} if "b" in mode else {"encoding": "ascii"}))
+    with pytest.raises(OSError) as info:
+        for i in range(200):
+            chunk = bytes([65 + i % 26]) * 9999
+            chunks.append(chunk)
+            await f.write(chunk if "b" in mode else chunk.decode())
+            if buffering != 0 and i % 3 == 0:
+                await f.flush()
+    assert info.value.errno == errno.ENOSPC
+    on_disk = path.read_bytes()
+    assert await f.tell() == len(on_disk)            # no position beyond what landed
+    assert on_disk == b"".join(chunks)[:len(on_disk)]  # and what landed is what was written
+    await f.close()                                   # what did not land is not retried
+    assert path.read_bytes() == on_disk
+
+
+async def test_file_truncated_while_being_read(backend: str, tmp_path: Path) -> None:
+    path = tmp_path / "shrinks.bin"
+    fd, data = cold_file(path, 4 << 20)
+    os.close(fd)
+    async with aionative.open(path, "rb") as f:
+        head = await f.read(1 << 20)
+        os.truncate(path, 1536 * 1024)  # someone else shrinks it
+        rest = b""
+        for _ in range(100):
+            chunk = await f.read(256 * 1024)
+            if not chunk:
+                break
+            rest += chunk
+        else:
+            pytest.fail("reads did not reach the new end of file")
+    got = head + rest
+    assert got == data[:len(got)]      # never garbage: a prefix of what the file held
+    assert len(got) <= 4 << 20
+
+
+async def test_file_deleted_while_open(backend: str, tmp_path: Path) -> None:
+    path = tmp_path / "gone.txt"
+    path.write_text("first\n")
+    async with aionative.open(path, "r+", encoding="utf-8") as f:
+        os.unlink(path)
+        assert await f.readline() == "first\n"
+        await f.write("second\n")
+        await f.flush()
+        await f.seek(0)
+        assert await f.read() == "first\nsecond\n"
+    assert not path.exists()
+
+
+async def test_descriptor_closed_under_an_inflight_read(native_backend: str,
+                                                       tmp_path: Path) -> None:
+    """Once the kernel has the read, closing the descriptor (and reusing its number) cannot
+    change what it reads: the kernel holds the file. (Before submission — within the loop
+    iteration that made the call — the number is looked up when the batch is submitted, as a
+    worker thread would look it up when it runs; closing a descriptor other code is using is a
+    race either way.)"""
+    path = tmp_path / "cold.bin"
+    fd, data = cold_file(path, 8 << 20)
+    os.close(fd)
+    for _ in range(5):
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        syscalls = aionative.engine_stats()["syscalls"]
+        read = asyncio.ensure_future(aionative.pread(fd, 8 << 20, 0))
+        for _ in range(100):     # until the batch has been submitted (a system call made)
+            await asyncio.sleep(0)
+            if aionative.engine_stats()["syscalls"] > syscalls or read.done():
+                break
+        os.close(fd)             # closed under it; the number is reused at once
+        other = os.open(os.devnull, os.O_RDONLY)
+        try:
+            got = await asyncio.wait_for(read, 30)
+        except OSError as exc:   # the kernel may refuse a descriptor already closed
+            assert exc.errno == errno.EBADF
+        else:
+            assert got == data   # the right bytes, not /dev/null's
+        finally:
+            os.close(other)
