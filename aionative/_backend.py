@@ -69,6 +69,14 @@ def probe(name: BackendName) -> Probe:
         return p
 
 
+def mark_unavailable(name: BackendName, reason: str) -> None:
+    """A backend that probed fine but could not make an engine (e.g. ``io_uring_setup``
+    failing with ENOMEM under a locked-memory limit for a full-size ring): skip it from now on
+    in this process, with the reason ``backend_info()`` shows."""
+    with _lock:
+        _state.probes[name] = Probe(False, reason)
+
+
 def available_backends() -> list[BackendName]:
     """Backends usable in this process, best first."""
     return [b for b in BACKENDS if probe(b).available]

@@ -115,15 +115,26 @@ _tls = threading.local()              # .loop (weakref) / .entry: this thread's 
 
 
 def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
-    name, rejected = _backend.choose(backend)
-    engine: EngineLike
-    if name == "threads":
-        engine = ThreadsEngine(loop)
-    else:
+    while True:
+        name, rejected = _backend.choose(backend)
+        engine: EngineLike
+        if name == "threads":
+            engine = ThreadsEngine(loop)
+            return _Entry(loop, engine, rejected)
         assert _backend._core is not None
-        engine = _backend._core.Engine(name, loop)
+        try:
+            engine = _backend._core.Engine(name, loop)
+        except OSError as exc:
+            # It probed fine, yet cannot be set up now (ENOMEM from a locked-memory limit,
+            # EAGAIN from an exhausted aio-max-nr, …): fall back unless it was asked for.
+            reason = f"engine setup failed: {exc}"
+            if backend is not None or _backend.requested_backend()[0] == name:
+                raise _backend.BackendUnavailableError(
+                    f"aionative backend {name!r} is unavailable: {reason}") from exc
+            _backend.mark_unavailable(name, reason)
+            continue
         loop.add_reader(engine.fileno(), engine._on_ready)
-    return _Entry(loop, engine, rejected)
+        return _Entry(loop, engine, rejected)
 
 
 def _retire(entry: _Entry, loop: asyncio.AbstractEventLoop | None) -> None:
