@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install build debug asan test bench bench-pytest docs lint typecheck clean
+.PHONY: help install build debug asan test soak bench bench-pytest docs lint typecheck clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ asan: $(STAMP) ## run the test suite against an ASan+UBSan build, then restore t
 test: build ## run the test suite on every available backend, on asyncio and uvloop
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+soak: build ## the stress/soak test at full length: one million operations per backend and loop
+	AIONATIVE_SOAK_OPS=1000000 $(PY) -m pytest -q -s tests/test_soak.py --timeout 3600 $(PYTEST_ARGS)
 
 bench: build ## the benchmark comparison: aionative vs aiofiles vs executor vs sync (table, JSON)
 	$(PY) -m bench
