@@ -108,7 +108,7 @@ class _TextRules:
         self.bounded = bool(self.patterns) and errors != "ignore" and (
             self.unit > 1 or name in _BOUNDED_CODECS or name.startswith(("iso8859", "cp")))
 
-    def line_ready(self, buf: bytearray, i: int) -> bool:
+    def line_ready(self, buf: bytes | bytearray, i: int) -> bool:
         """Whether buf[i:] holds a line end the text layer will see without reading more."""
         if self.unit == 1:
             if len(self.patterns) == 1:
@@ -429,12 +429,16 @@ class AsyncBase(Generic[S]):
             while not raw.stream_eof:
                 raw.add_data(0, await self._read_at(65536, 0), 65536)
             return
+        extra = 1
         while True:
             if raw.window_view()[2]:
                 return
             off = raw.next_fetch()
-            size = max(raw.size - off, 0) + 65536
+            # One byte past the size we know: a short read proves the end; a file that grew
+            # returns a full read and the loop goes on, in larger steps.
+            size = max(raw.size - off, 0) + extra
             raw.add_data(off, await self._read_at(size, off), size)
+            extra = max(extra * 4, 65536)
 
     # pushing -------------------------------------------------------------------------------
 

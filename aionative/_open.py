@@ -186,7 +186,8 @@ async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | 
                  loop: asyncio.AbstractEventLoop | None,
                  executor: Executor | None, fifo_wait: bool = False) -> AsyncBase[Any]:
     try:
-        st = await _k.fstat(fd)
+        # Inline, as FileIO does: the descriptor was just opened, its inode is in memory.
+        st = os.fstat(fd)
     except OSError as exc:
         raise _NotAFile(exc) from None
     if fifo_wait and stat.S_ISFIFO(st.st_mode):

@@ -135,7 +135,8 @@ class WindowRaw(io.RawIOBase):
         self.mode = _mode_string(readable, writable, appending, created)
         # The window: file bytes [wstart, wstart + len(buf)) (a regular file), or the stream's
         # unread bytes from buf[rpos:] (a stream; wstart unused).
-        self.buf = bytearray()
+        # bytes as fetched (no copy) until something must change it in place (see _mutable).
+        self.buf: bytes | bytearray = b""
         self.wstart = 0
         self.rpos = 0
         self.pos = pos
@@ -180,37 +181,45 @@ class WindowRaw(io.RawIOBase):
             return self.eof >= 0 and self.pos >= self.eof
         return len(self.buf) - i >= n or (self.eof >= 0 and self.eof <= self.wend)
 
-    def window_view(self) -> tuple[bytearray, int, bool]:
+    def _mutable(self) -> bytearray:
+        buf = self.buf
+        if not isinstance(buf, bytearray):
+            buf = self.buf = bytearray(buf)
+        return buf
+
+    def window_view(self) -> tuple[bytes | bytearray, int, bool]:
         """(buffer, index of the position in it, whether the buffer ends at EOF)."""
         if self.kind == STREAM:
             return self.buf, self.rpos, self.stream_eof
         i = self.pos - self.wstart
         if not 0 <= i <= len(self.buf):
-            return bytearray(), 0, self.eof >= 0 and self.pos >= self.eof
+            return b"", 0, self.eof >= 0 and self.pos >= self.eof
         return self.buf, i, self.eof >= 0 and self.eof <= self.wend
 
     def add_data(self, offset: int, data: bytes, requested: int) -> None:
         """Data the engine read at ``offset`` (regular) or from the stream; a short read of a
         regular file, or an empty read of a stream, is end-of-file."""
-        buf = self.buf
         if self.kind == STREAM:
-            if self.rpos:
+            if not data:
+                self.stream_eof = True
+            elif self.rpos >= len(self.buf):
+                self.buf, self.rpos = data, 0
+            else:
+                buf = self._mutable()
                 del buf[:self.rpos]
                 self.rpos = 0
-            if data:
                 buf += data
-            else:
-                self.stream_eof = True
             return
-        if buf and self.wstart <= offset <= self.wend:
+        if self.buf and self.wstart <= offset <= self.wend:
             # Continue the window; keep up to 64 KiB behind the position for short seeks back.
             drop = max(0, min(self.pos, offset) - self.wstart - 65536)
+            buf = self._mutable()
             del buf[offset - self.wstart:]
             del buf[:drop]
             self.wstart += drop
             buf += data
         else:
-            self.buf = bytearray(data)
+            self.buf = data
             self.wstart = offset
         end = offset + len(data)
         if len(data) < requested:
@@ -228,7 +237,7 @@ class WindowRaw(io.RawIOBase):
         return self.wend if 0 <= i <= len(self.buf) else self.pos
 
     def drop_window(self) -> None:
-        self.buf = bytearray()
+        self.buf = b""
         self.wstart = self.pos
         self.rpos = 0
 
@@ -331,6 +340,12 @@ class WindowRaw(io.RawIOBase):
         self._check()
         if not self._readable:  # FileIO.readall just calls read(2)
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        if self.kind != STREAM:
+            buf, i, at_eof = self.window_view()
+            if at_eof:  # the whole rest is in the window: one copy out
+                rest = bytes(buf[i:]) if i or not isinstance(buf, bytes) else buf
+                self.pos += len(rest)
+                return rest
         parts: list[bytes] = []
         while True:
             chunk = self.read(max(self.available(), 65536))
@@ -372,7 +387,7 @@ class WindowRaw(io.RawIOBase):
         # Past the window: extend it only across a hole after a known end of file (zeros).
         if off > wend and old_eof != wend:
             return
-        buf = self.buf
+        buf = self._mutable()
         if end > wend:
             buf.extend(bytes(end - wend))
         lo = max(off, wstart)
@@ -388,7 +403,7 @@ class WindowRaw(io.RawIOBase):
         self.staged.append((size, None))
         self.size = size
         if size < self.wend:
-            del self.buf[max(0, size - self.wstart):]
+            del self._mutable()[max(0, size - self.wstart):]
         self.eof = size
         if not self.in_op:
             self._sync_flush_staged()
