@@ -742,16 +742,10 @@ class AsyncBase(Generic[S]):
         builtin's ``readline`` directly — no lock, fetch or check per line — until that
         budget is spent or any other call on the file resets it."""
         if self._safe_lines > 0 and not self._busy:
+            # No async call drives the raw layer here: were the budget ever wrong, it would
+            # make a blocking read — still the right line, never a short one.
             self._safe_lines -= 1
-            raw = self._raw
-            assert raw is not None
-            raw.in_op = True
-            try:
-                line: S = self._file.readline()
-            finally:
-                raw.in_op = False
-            if raw.missed:  # cannot happen; never silently
-                raise RuntimeError("aionative: a line went past its window")
+            line: S = self._file.readline()
             if line:
                 return line
             raise StopAsyncIteration
