@@ -44,7 +44,9 @@ class Timing:
 
 @dataclass(frozen=True)
 class System:
-    """A parsed system name: ``sync``, ``<kind>-<loop>`` or ``aionative-<backend>-<loop>``."""
+    """A parsed system name: ``sync``, ``<kind>-<loop>``, ``aionative-<backend>-<loop>`` or
+    ``aionative.<helper>-<backend>-<loop>`` (an aionative API other than the workload's main
+    one, e.g. ``aionative.read_bytes-io_uring-asyncio`` in W4; ``kind`` is the first part)."""
 
     name: str
     kind: str
@@ -57,9 +59,10 @@ def parse_system(name: str) -> System:
     parts = name.split("-")
     if parts == ["sync"]:
         return System(name, "sync")
-    if len(parts) == 3 and parts[0] == "aionative" and parts[2] in LOOPS:
-        return System(name, "aionative", loop=parts[2], backend=parts[1])
-    if len(parts) == 2 and parts[0] != "aionative" and parts[1] in LOOPS:
+    native = parts[0] == "aionative" or parts[0].startswith("aionative.")
+    if len(parts) == 3 and native and parts[2] in LOOPS:
+        return System(name, parts[0], loop=parts[2], backend=parts[1])
+    if len(parts) == 2 and not native and parts[1] in LOOPS:
         return System(name, parts[0], loop=parts[1])
     raise ValueError(f"malformed system name {name!r}")
 
@@ -75,13 +78,30 @@ class PrepareConfig:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """What a workload runs in one profile instead of its defaults (``Workload.variants``).
+
+    The quick profile is the default ``make bench``, which must stay short, so a workload whose
+    full version takes minutes trims itself there: fewer concurrency levels (``readers``), a
+    shorter cell (``timing``), a smaller data file (``file_size``). The CLI's ``--readers``,
+    ``--warmup``, ``--duration`` and ``--file-size`` still override all of them.
+    """
+
+    readers: tuple[int, ...] | None = None
+    timing: Timing | None = None
+    file_size: int | None = None
+
+
+@dataclass(frozen=True)
 class Workload:
     """One benchmark workload, as a sibling module (``bench/wN.py``) exposes it.
 
     ``prepare`` runs once in the parent (create and warm data) and returns JSON parameters for
     the workers; ``default_systems`` picks systems from the environment probe and returns notes
     on the ones it left out; ``run_cell`` runs in the worker and returns the measured figures.
-    ``default_readers``, if set, replaces the CLI's default concurrency levels.
+    ``default_readers``, if set, replaces the CLI's default concurrency levels; ``variants``
+    maps a profile name to its ``Variant``. A workload with ``concurrency=False`` (W7: one
+    iteration of one file) runs every system once, at N=1, and ignores ``--readers``.
     """
 
     name: str
@@ -92,6 +112,8 @@ class Workload:
     run_cell: Callable[[System, int, JSONDict, Timing], JSONDict]
     concurrency_free: frozenset[str] = field(default_factory=frozenset)
     default_readers: tuple[int, ...] | None = None
+    variants: dict[str, Variant] = field(default_factory=dict)
+    concurrency: bool = True
 
 
 def load_workload(name: str) -> Workload:

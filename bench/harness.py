@@ -4,8 +4,9 @@ A cell is (system, N readers). With several repeats the whole grid is run once p
 (rather than each cell three times in a row), so slow drift of a noisy VM spreads over all
 systems instead of biasing one. A repeated cell reports the median of its throughput, CPU per
 operation, CPU utilisation and loop-lag p50/p99 (where measured), and the maximum of its
-thread, RSS and loop-lag peaks. A system whose first cell is skipped (missing package or
-backend) is not tried again.
+thread, RSS and loop-lag peaks. Fixed-work cells (W4, W7) add the median pass time and MB/s
+(medians again) and peak VSZ (maximum). A system whose first cell is skipped (missing package
+or backend) is not tried again.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, JSONDict, Timing, Workload
+from bench.common import REPO_ROOT, JSONDict, Timing, Workload, parse_system
 
 Log = Callable[[str], None]
 WORKER_SLACK_S = 120.0   # process start, setup and teardown beyond warm-up + duration
-MEDIAN_KEYS = ("ops_per_s", "cpu_us_per_op", "cpu_util", "lag_p50_ms", "lag_p99_ms")
-MAX_KEYS = ("threads_peak", "iou_workers_peak", "rss_peak_mib", "lag_max_ms")
+MEDIAN_KEYS = ("ops_per_s", "cpu_us_per_op", "cpu_util", "lag_p50_ms", "lag_p99_ms", "pass_s",
+               "mb_per_s")
+MAX_KEYS = ("threads_peak", "iou_workers_peak", "rss_peak_mib", "vsz_peak_mib", "lag_max_ms")
 
 
 def worker_env(system: str | None = None) -> dict[str, str]:
@@ -37,8 +39,8 @@ def worker_env(system: str | None = None) -> dict[str, str]:
     paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.pop("AIONATIVE_BACKEND", None)
-    if system and system.startswith("aionative-"):
-        env["AIONATIVE_BACKEND"] = system.split("-")[1]
+    if system and (backend := parse_system(system).backend):
+        env["AIONATIVE_BACKEND"] = backend
     return env
 
 
@@ -96,8 +98,23 @@ def filesystem_of(path: Path) -> str | None:
     return fstype
 
 
+def git_state() -> JSONDict:
+    """The commit measured, and which tracked files differ from it (None outside a checkout)."""
+    def git(*argv: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", *argv], cwd=REPO_ROOT, capture_output=True,
+                                  text=True, timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout.rstrip() if proc.returncode == 0 else None
+
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"),
+            "modified": None if changed is None else [ln[3:] for ln in changed.splitlines()]}
+
+
 def machine_info(data_path: Path | None) -> JSONDict:
-    """Kernel, CPUs, memory, Python and date, for the JSON record."""
+    """Kernel, CPUs, memory, Python, date, load and the commit, for the JSON record."""
     return {
         "kernel": os.uname().release,
         "machine": platform.machine(),
@@ -110,6 +127,8 @@ def machine_info(data_path: Path | None) -> JSONDict:
         "executable": sys.executable,
         "filesystem": filesystem_of(data_path) if data_path else None,
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "git": git_state(),
     }
 
 
@@ -124,9 +143,11 @@ class Grid:
 
 def plan(workload: Workload, systems: Sequence[str],
          readers: Sequence[int]) -> list[tuple[str, int]]:
-    """The cells of one repeat; concurrency-free systems (``sync``) run once, at N=1."""
+    """The cells of one repeat; concurrency-free systems (``sync``, every system of a workload
+    without concurrency) run once, at N=1."""
     return [(s, n) for s in systems
-            for n in ([1] if s in workload.concurrency_free else readers)]
+            for n in ([1] if s in workload.concurrency_free or not workload.concurrency
+                      else readers)]
 
 
 def _cell_argv(workload: Workload, system: str, n: int, params: JSONDict,
@@ -138,13 +159,16 @@ def _cell_argv(workload: Workload, system: str, n: int, params: JSONDict,
 
 def _progress(workload: Workload, label: str, system: str, n: int, res: JSONDict,
               seconds: float) -> str:
-    head = f"{label} {system:<30} N={n:<4}"
+    head = f"{label} {system:<38} N={n:<4}"
     if res["status"] == "ok":
         cpu = res["cpu_us_per_op"]
         lag = (f"  lag p99 {res['lag_p99_ms']:.2f} ms" if res.get("lag_p99_ms") is not None
                else "")
+        passes = (f"  pass {res['pass_s'] * 1e3:7.1f} ms (median of {res['passes']})"
+                  if "pass_s" in res else "")
         return (f"{head} {res['ops_per_s'] / 1e3:8.1f}k {workload.unit}/s"
-                f"  {cpu:7.1f} µs CPU/op  {res['threads_peak']:3d} thr{lag}  ({seconds:.1f} s)")
+                f"  {cpu:7.1f} µs CPU/op  {res['threads_peak']:3d} thr{lag}{passes}"
+                f"  ({seconds:.1f} s)")
     return f"{head} {res['status'].upper()}: {res.get('reason') or res.get('error')}"
 
 

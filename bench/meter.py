@@ -1,20 +1,33 @@
 """In-worker measurement: operation counting, CPU time, thread census and peak RSS.
 
-Readers call ``tick()`` after every completed operation. Every 16th tick the meter looks at
-the clock, so the warm-up/timed/stop transitions and the ~50 ms thread samples happen inline,
-on whatever thread does the I/O. That makes the meter independent of the event loop: a system
-that never yields (inline completions) is still stopped and sampled on time, and no sampler
-thread of ours inflates the thread count.
+Two pacers. ``Meter`` (W1, W5) is time-boxed: the figures are operations per second over a
+fixed window. ``Passes`` (W4, W7) is fixed-work: the same whole pass (every file once, every
+line of the file once) runs again and again, and the figure is the median pass time.
+
+Meter: readers call ``tick()`` after every completed operation. Every 16th tick the meter
+looks at the clock, so the warm-up/timed/stop transitions and the ~50 ms thread samples happen
+inline, on whatever thread does the I/O. That makes the meter independent of the event loop: a
+system that never yields (inline completions) is still stopped and sampled on time, and no
+sampler thread of ours inflates the thread count.
 
 CPU time is ``getrusage(RUSAGE_SELF)`` user+sys over the timed window, which covers every
 thread of the process, including the kernel's io_uring workers (``iou-wrk-*``) and any
-thread pool. Peak RSS is the process-lifetime ``ru_maxrss``.
+thread pool. Peak RSS is the process-lifetime ``ru_maxrss``; peak VSZ (``Passes`` only) is the
+process-lifetime ``VmPeak`` of ``/proc/self/status``.
+
+Passes: no per-operation hook at all (a per-line call would cost the synchronous line loop
+~5 %), so the thread census runs at pass boundaries and, in an event loop, from a timer
+callback every ~50 ms: the loop gets control at every await that really waits, which is
+where a thread pool or an io_uring worker does its share. A ``sync`` pass has one thread by
+construction; its boundaries are sampled all the same.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +37,7 @@ from bench.common import JSONDict, Timing
 
 CHECK_MASK = 15          # look at the clock every 16 operations
 SAMPLE_INTERVAL = 0.05   # seconds between thread censuses
+MIN_PASSES = 3           # timed passes of a fixed-work cell, at the least
 StatsFn = Callable[[], dict[str, Any]]
 
 
@@ -47,6 +61,18 @@ def thread_census() -> tuple[int, int]:
         except FileNotFoundError:  # the thread exited between listdir and open
             pass
     return total, iou
+
+
+def vsz_peak_mib() -> float | None:
+    """The process-lifetime peak virtual size (``VmPeak``), MiB; None where unreadable."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmPeak:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 @dataclass(frozen=True)
@@ -164,3 +190,131 @@ class Quota:
     def tick(self) -> bool:
         self.left -= 1
         return self.left > 0
+
+
+class Census:
+    """Thread peaks of a fixed-work cell: ``sample()`` at will, ``maybe()`` at most every
+    ``SAMPLE_INTERVAL``, and ``attach(loop)`` for a timer-driven census inside a loop."""
+
+    def __init__(self) -> None:
+        self.threads_peak = 0
+        self.iou_peak = 0
+        self.samples = 0
+        self._last = float("-inf")
+        self._timer: asyncio.TimerHandle | None = None
+
+    def sample(self) -> None:
+        total, iou = thread_census()
+        self.threads_peak = max(self.threads_peak, total)
+        self.iou_peak = max(self.iou_peak, iou)
+        self.samples += 1
+        self._last = time.perf_counter()
+
+    def maybe(self) -> None:
+        if time.perf_counter() - self._last >= SAMPLE_INTERVAL:
+            self.sample()
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Sample every ``SAMPLE_INTERVAL`` from ``loop``'s timers until ``detach()``."""
+        def again() -> None:
+            self.sample()
+            self._timer = loop.call_later(SAMPLE_INTERVAL, again)
+
+        self._timer = loop.call_later(SAMPLE_INTERVAL, again)
+
+    def detach(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class Passes:
+    """Fixed-work pacer: whole passes, warm-up first, then timed ones; the median pass counts.
+
+    Warm-up passes run until ``timing.warmup`` seconds have gone by (at least one: it also
+    creates the engine, the thread pool, the codec state, and proves the pass correct); timed
+    passes then run until ``timing.duration`` seconds have gone by and at least ``min_passes``
+    are done. Use as::
+
+        passes = Passes(timing, stats)
+        while passes.begin():
+            passes.end(one_pass())      # one_pass() returns how many operations it did
+
+    CPU time, engine counters and operations are taken over the whole timed window; pass
+    times one by one, for the median (``pass_s``) that throughput is computed from.
+    """
+
+    def __init__(self, timing: Timing, stats: StatsFn | None = None,
+                 min_passes: int = MIN_PASSES) -> None:
+        self.census = Census()
+        self.times: list[float] = []
+        self.ops = 0
+        self.warmup_passes = 0
+        self._timing = timing
+        self._stats = stats
+        self._min = min_passes
+        self._warm_until = time.perf_counter() + timing.warmup
+        self._timed_until = 0.0
+        self._began = 0.0
+        self._pass_ops: int | None = None
+        self._start: Snapshot | None = None
+        self._end: Snapshot | None = None
+
+    def begin(self) -> bool:
+        """Start a pass; False once enough timed passes are done (the timed window ends)."""
+        self.census.maybe()
+        now = time.perf_counter()
+        if self._start is None:
+            if not self.warmup_passes or now < self._warm_until:
+                self._began = time.perf_counter()
+                return True
+            self.census.sample()
+            self._start = Snapshot.take(0, self._stats)
+            self._timed_until = self._start.wall + self._timing.duration
+        elif len(self.times) >= self._min and now >= self._timed_until:
+            self._end = Snapshot.take(self.ops, self._stats)
+            self.census.sample()
+            return False
+        self._began = time.perf_counter()
+        return True
+
+    def end(self, ops: int) -> None:
+        """End the pass begun last; ``ops`` operations (files, lines) were done in it."""
+        elapsed = time.perf_counter() - self._began
+        if self._pass_ops is not None and ops != self._pass_ops:
+            raise RuntimeError(f"a pass did {ops} operations, an earlier one {self._pass_ops}")
+        self._pass_ops = ops
+        if self._start is None:
+            self.warmup_passes += 1
+        else:
+            self.times.append(elapsed)
+            self.ops += ops
+
+    def result(self) -> JSONDict:
+        """The cell's figures; call once ``begin()`` has returned False."""
+        start, end = self._start, self._end
+        if start is None or end is None or self._pass_ops is None:
+            raise RuntimeError("the passes never completed their timed window")
+        wall = end.wall - start.wall
+        cpu = (end.user - start.user) + (end.sys - start.sys)
+        median = statistics.median(self.times)
+        return {
+            "ops": self.ops,
+            "ops_per_pass": self._pass_ops,
+            "passes": len(self.times),
+            "warmup_passes": self.warmup_passes,
+            "pass_s": median,
+            "pass_times_s": self.times,
+            "wall_s": wall,
+            "ops_per_s": self._pass_ops / median,
+            "cpu_user_s": end.user - start.user,
+            "cpu_sys_s": end.sys - start.sys,
+            "cpu_us_per_op": cpu / self.ops * 1e6 if self.ops else None,
+            "cpu_util": cpu / wall,
+            "threads_peak": self.census.threads_peak,
+            "iou_workers_peak": self.census.iou_peak,
+            "thread_samples": self.census.samples,
+            "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "vsz_peak_mib": vsz_peak_mib(),
+            "engine_stats_delta": stats_delta(start.stats, end.stats),
+        }

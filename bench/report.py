@@ -3,7 +3,9 @@
 One table per metric, systems as rows and N (concurrent readers) as columns: throughput, the
 throughput ratio to ``sync`` (the single-thread ceiling) and to ``aiofiles-asyncio`` (what
 most asyncio code uses today), event-loop lag (only for workloads that measure it, e.g. W5),
-CPU microseconds per operation, peak threads and peak RSS.
+CPU microseconds per operation, peak threads and peak RSS. Fixed-work workloads (W4, W7: the
+cells report ``pass_s``) add the median pass time, CPU utilisation and peak VSZ, and MB/s where
+measured. A workload without concurrency (W7) gets one table instead, metrics as columns.
 Rendering only reads the document, so a saved JSON file can be re-rendered later.
 """
 
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.common import JSONDict, size_label
+from bench.meter import MIN_PASSES
 
 Cell = JSONDict
 Fmt = Callable[[Cell, int], str]
@@ -23,6 +26,8 @@ INFO_COMMON = {"kernel", "available", "requested", "requested_by", "active", "re
 
 
 def _ops(v: float) -> str:
+    if v >= 1e6:
+        return f"{v / 1e6:.2f}M"
     return f"{v / 1e3:.1f}k" if v >= 1e3 else f"{v:.0f}"
 
 
@@ -47,8 +52,23 @@ def _measured(doc: JSONDict) -> list[str]:
     return [s for s in doc["systems"] if s in have]
 
 
+def _partial(doc: JSONDict) -> dict[str, str]:
+    """Systems measured on part of the work only (W7's aiofiles), with what they measured and
+    how long a whole pass would take at the cell's (median) rate."""
+    notes: dict[str, str] = {}
+    for c in doc["cells"]:
+        run = c["runs"][0]
+        if note := run.get("partial"):
+            if whole := run.get("ops_full_pass"):
+                note += f" (a whole pass would take ~{whole / c['ops_per_s']:.0f} s)"
+            notes.setdefault(c["system"], note)
+    return notes
+
+
 def _label(doc: JSONDict, system: str) -> str:
-    return f"{system} ¹" if system in doc["concurrency_free"] else system
+    marks = ("¹" if system in doc["concurrency_free"] else "") + (
+        "²" if system in _partial(doc) else "")
+    return f"{system} {marks}" if marks else system
 
 
 def _table(doc: JSONDict, title: str, fmt: Fmt, rows: list[str] | None = None) -> list[str]:
@@ -69,6 +89,28 @@ def _ratio_to(doc: JSONDict, base: str) -> Fmt:
         ref = find(base, n)
         return _ratio(c["ops_per_s"] / ref["ops_per_s"]) if ref else DASH
     return fmt
+
+
+def _passes(doc: JSONDict) -> bool:
+    """Whether the cells are fixed-work passes (``bench.meter.Passes``), not a time box."""
+    return any("pass_s" in c for c in doc["cells"])
+
+
+def _pass_ms(c: Cell, n: int) -> str:
+    ms = c["pass_s"] * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}"
+
+
+def _cpu_util(c: Cell, n: int) -> str:
+    return f"{c['cpu_util'] * 100:.0f} %"
+
+
+def _mib(key: str) -> Fmt:
+    return lambda c, n: DASH if c.get(key) is None else f"{c[key]:.0f}"
+
+
+def _mb_s(c: Cell, n: int) -> str:
+    return f"{c['mb_per_s']:.1f}" if c["mb_per_s"] < 100 else f"{c['mb_per_s']:.0f}"
 
 
 def _ratio(r: float) -> str:
@@ -130,22 +172,42 @@ def _engine_rows(doc: JSONDict) -> list[str]:
 
 def _header(doc: JSONDict) -> list[str]:
     m, t = doc["machine"], doc["timing"]
-    size = doc["params"].get("file_size")
+    size, data = doc["params"].get("file_size"), doc["params"].get("data")
     runs = f"median of {doc['repeats']} runs" if doc["repeats"] > 1 else "1 run"
-    facts = [f"{size_label(size)} file on {m['filesystem']}" if size else None,
+    cell = (f"warm-up passes for {t['warmup']} s (at least one), then timed passes for "
+            f"{t['duration']} s (at least {MIN_PASSES}) a cell, median pass" if _passes(doc)
+            else f"{t['warmup']} s warm-up + {t['duration']} s a cell")
+    facts = [f"{data} on {m['filesystem']}" if data else
+             f"{size_label(size)} file on {m['filesystem']}" if size else None,
              f"kernel {m['kernel']}", f"{m['cpu_count']} CPUs", f"Python {m['python']}",
-             f"{doc['profile']} profile: {t['warmup']} s warm-up + {t['duration']} s a cell, {runs}",
-             m["date"]]
+             f"{doc['profile']} profile: {cell}, {runs}", m["date"], _commit(m.get("git"))]
     return [f"## {doc['workload']}: {doc['title']}", "",
             " · ".join(f for f in facts if f), ""]
+
+
+def _commit(git: JSONDict | None) -> str | None:
+    """``commit abc1234``, naming the library's files that differed from it, if any."""
+    if not git or not git.get("commit"):
+        return None
+    dirty = [f for f in git.get("modified") or [] if f.startswith(("aionative/", "csrc/"))]
+    return f"commit {git['commit'][:7]}" + (
+        f" with uncommitted changes to {', '.join(dirty)}" if dirty else "")
 
 
 def _notes(doc: JSONDict) -> list[str]:
     notes = [f"¹ `{s}`: one thread and no event loop, so N does not apply: measured once, "
              "shown in every column." for s in doc["concurrency_free"] if s in _measured(doc)]
-    notes.append("CPU is process user+sys time over the timed window, all threads included. "
-                 "Threads are the peak of /proc/self/task sampled every ~50 ms; "
-                 "`iou` counts kernel io_uring workers among them.")
+    notes += [f"² `{s}`: {note}" for s, note in _partial(doc).items()]
+    if _passes(doc):
+        notes.append("CPU is process user+sys time over the timed passes, all threads "
+                     "included; CPU % is that over wall time (200 % = two CPUs busy). Threads are "
+                     "the peak of /proc/self/task sampled at pass boundaries and, in an event "
+                     "loop, every ~50 ms; `iou` counts kernel io_uring workers among them. RSS "
+                     "and VSZ are the process-lifetime peaks (ru_maxrss, VmPeak).")
+    else:
+        notes.append("CPU is process user+sys time over the timed window, all threads "
+                     "included. Threads are the peak of /proc/self/task sampled every ~50 ms; "
+                     "`iou` counts kernel io_uring workers among them.")
     for backend, info in doc["probe"]["aionative"].get("backend_info", {}).items():
         notes.append(f"aionative `{backend}` backend_info: `{_compact(info)}`")
     if _has_lag(doc):
@@ -164,22 +226,65 @@ def _compact(info: Any) -> str:
     return str(info)
 
 
+def _columns(doc: JSONDict) -> list[tuple[str, Fmt]]:
+    """The metric columns of the one-table layout (a workload without concurrency)."""
+    unit, one = doc["unit"], doc["unit"].rstrip("s")
+    cols: list[tuple[str, Fmt]] = [(f"{unit}/s", lambda c, n: _ops(c["ops_per_s"]))]
+    if any("mb_per_s" in c for c in doc["cells"]):
+        cols.append(("MB/s", _mb_s))
+    cols += [(f"÷ {base}", _ratio_to(doc, base)) for base in RATIO_BASES
+             if base in _measured(doc)]
+    if _passes(doc):
+        cols.append(("median pass (ms)", _pass_ms))
+    cols += [(f"CPU µs per {one}", _cpu)]
+    if _passes(doc):
+        cols.append(("CPU %", _cpu_util))
+    cols += [("peak threads", _threads), ("peak RSS (MiB)", _mib("rss_peak_mib"))]
+    if any("vsz_peak_mib" in c for c in doc["cells"]):
+        cols.append(("peak VSZ (MiB)", _mib("vsz_peak_mib")))
+    if _engine_rows(doc):
+        cols.append((f"engine syscalls per {one}", _syscalls_per_op))
+    return cols
+
+
+def _one_table(doc: JSONDict) -> list[str]:
+    """Systems as rows, metrics as columns (every cell at N=1)."""
+    find, cols = _lookup(doc), _columns(doc)
+    lines = ["| system | " + " | ".join(name for name, _ in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for system in _measured(doc):
+        c = find(system, 1)
+        row = [fmt(c, 1) if c else DASH for _, fmt in cols]
+        lines.append(f"| {_label(doc, system)} | " + " | ".join(row) + " |")
+    return [*lines, ""]
+
+
 def render(doc: JSONDict) -> str:
     """The whole markdown report for one workload."""
     unit = doc["unit"]
     lines = _header(doc)
     if not doc["cells"]:
         return "\n".join([*lines, "No cell was measured.", "", *_notes(doc)])
+    if not doc.get("concurrency", True):
+        return "\n".join(lines + _one_table(doc) + _notes(doc))
     lines += _table(doc, f"Throughput ({unit}/s)", lambda c, n: _ops(c["ops_per_s"]))
     for base in RATIO_BASES:
         if base in _measured(doc):
             lines += _table(doc, f"{unit}/s ÷ {base} (same N)", _ratio_to(doc, base))
+    if _passes(doc):
+        lines += _table(doc, "Median pass (ms)", _pass_ms)
+    if any("mb_per_s" in c for c in doc["cells"]):
+        lines += _table(doc, "MB/s (10⁶ bytes)", _mb_s)
     if _has_lag(doc):
         lines += _table(doc, "Event-loop lag during the load (ms over a 1 ms sleep): "
                         "p50 / p99 / max", _lag)
     lines += _table(doc, f"CPU µs per {unit.rstrip('s')}", _cpu)
+    if _passes(doc):
+        lines += _table(doc, "CPU utilisation (% of one CPU)", _cpu_util)
     lines += _table(doc, "Peak threads (of which kernel io_uring workers)", _threads)
     lines += _table(doc, "Peak RSS (MiB)", lambda c, n: f"{c['rss_peak_mib']:.0f}")
+    if any("vsz_peak_mib" in c for c in doc["cells"]):
+        lines += _table(doc, "Peak VSZ (MiB)", _mib("vsz_peak_mib"))
     if engine_rows := [s for s in _measured(doc) if s in _engine_rows(doc)]:
         lines += _table(doc, f"aionative engine system calls per {unit.rstrip('s')}",
                         _syscalls_per_op, engine_rows)
