@@ -36,8 +36,9 @@ import codecs
 import collections
 import io
 import os
+import stat
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
 from operator import index
@@ -54,7 +55,6 @@ from ._raw import (
     direct_pread_sync,
     rmw_blocks,
 )
-from ._threads import ThreadsEngine
 
 T = TypeVar("T")
 S = TypeVar("S", str, bytes)
@@ -267,8 +267,8 @@ class AsyncBase(Generic[S]):
             raw.drop_window()
         raw.appended = False
 
-    def _settle_ahead(self) -> None:
-        """Synchronous members that hand out the stack end the iteration budget."""
+    def _end_line_budget(self) -> None:
+        """Members that hand out the synchronous stack end ``async for``'s line budget."""
         self._safe_lines = 0
 
     def _wake(self) -> None:
@@ -719,10 +719,6 @@ class AsyncBase(Generic[S]):
 
     # reads shared by all modes --------------------------------------------------------------
 
-    async def _prepare_read(self) -> None:
-        """Before a read: writes a cancelled call left with the kernel are done (the lock saw
-        to it); nothing else to do. Kept as the one place reads begin."""
-
     async def read(self, size: int = -1, /) -> S:
         raise NotImplementedError
 
@@ -809,7 +805,6 @@ class _BinaryBase(AsyncBase[bytes]):
                          prefetch: int) -> bytes:
         raw = self._raw
         assert raw is not None
-        await self._prepare_read()
         if raw.kind != STREAM:
             await self._fetch(prefetch)
         res = self._run(fn, n) or b""
@@ -833,7 +828,6 @@ class _BinaryBase(AsyncBase[bytes]):
             if n is None or self._raw.closed or not self._raw._readable:
                 return bytes(self._run(self._file.read, size) or b"")
             if n < 0:
-                await self._prepare_read()
                 await self._fetch_to_eof()
                 res = self._run(self._file.read, size)
                 await self._push()
@@ -852,7 +846,6 @@ class _BinaryBase(AsyncBase[bytes]):
             raw = self._raw
             if n is None or raw.closed or not raw._readable:
                 return bytes(self._run(self._file.readline, size) or b"")
-            await self._prepare_read()
             if raw.kind != STREAM:
                 while True:
                     buf, i, at_eof = raw.window_view()
@@ -893,7 +886,6 @@ class _BinaryBase(AsyncBase[bytes]):
         if not self._try_lock():
             await self._lock()
         try:
-            await self._prepare_read()
             if n <= 0:
                 await self._fetch_to_eof()
             else:
@@ -917,7 +909,6 @@ class _BinaryBase(AsyncBase[bytes]):
             raw = self._raw
             if raw.closed or not raw._readable:
                 return int(self._run(self._file.readinto, b) or 0)
-            await self._prepare_read()
             try:
                 view = memoryview(b).cast("B")
             except TypeError:
@@ -964,11 +955,11 @@ class _BufferedBase(_BinaryBase):
 
     @property
     def raw(self) -> Any:
-        self._settle_ahead()
+        self._end_line_budget()
         return self._file.raw
 
     def detach(self) -> Any:
-        self._settle_ahead()
+        self._end_line_budget()
         return self._file.detach()
 
     async def _buffered_once(self, fn: Callable[..., T], *args: Any, n: int) -> T:
@@ -977,7 +968,6 @@ class _BufferedBase(_BinaryBase):
         call had no effect: fetch what that read asked for (one read) and run it again."""
         raw = self._raw
         assert raw is not None
-        await self._prepare_read()
         if raw.kind != STREAM and not raw.closed and raw._readable:
             await self._fetch(max(n, self._bufsize))
         res = self._run(fn, *args)
@@ -1089,7 +1079,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
 
     @property
     def buffer(self) -> Any:
-        self._settle_ahead()
+        self._end_line_budget()
         return self._file.buffer
 
     @property
@@ -1106,7 +1096,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
 
     @property
     def newlines(self) -> str | tuple[str, ...] | None:
-        self._settle_ahead()
+        self._end_line_budget()
         return self._file.newlines  # type: ignore[no-any-return]
 
     async def readable(self) -> bool:  # async in text mode, as in aiofiles
@@ -1115,7 +1105,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         return bool(self._file.readable())
 
     def detach(self) -> Any:
-        self._settle_ahead()
+        self._end_line_budget()
         return self._file.detach()
 
     def _batch_term(self) -> bytes | None:
@@ -1145,7 +1135,6 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         raw = self._raw
         rules = self._rules
         assert raw is not None and rules is not None
-        await self._prepare_read()
         if raw.closed or not raw._readable:
             return self._run(fn, *args)
         if self._needs_thread() or (lines == -2 and chars >= 0 and not rules.bounded):
@@ -1243,7 +1232,6 @@ class AsyncTextIOWrapper(AsyncBase[str]):
 
 
 def _is_block(mode: int) -> bool:
-    import stat
     return stat.S_ISBLK(mode)
 
 
@@ -1273,5 +1261,3 @@ def _coalesce(staged: list[tuple[int, bytes | None]]) -> list[tuple[int, bytes |
     return out
 
 
-AwaitableFile = Awaitable[AsyncBase[Any]]
-_ = ThreadsEngine  # the threads backend serves regular files through the same engine calls
