@@ -30,6 +30,7 @@ from bench.common import (
     import_aionative,
     loop_factory,
     make_hot,
+    native_systems,
     offset_pool,
     size_label,
 )
@@ -82,17 +83,7 @@ def prepare_file(cfg: PrepareConfig, stem: str, default_size: int, pool: int) ->
 
 def default_systems(probe: JSONDict) -> tuple[list[str], list[str]]:
     """All systems this environment can run, and notes on those it cannot."""
-    systems, notes = ["sync"], []
-    loops = ["asyncio"]
-    if probe["uvloop"]["ok"]:
-        loops.append("uvloop")
-    else:
-        notes.append(f"uvloop variants skipped: {probe['uvloop']['error']}")
-    native = probe["aionative"]
-    if native["ok"]:
-        systems += [f"aionative-{b}-{lp}" for b in native["backends"] for lp in loops]
-    else:
-        notes.append(f"aionative-* skipped: {native['error']}")
+    systems, notes, _ = native_systems(probe)
     systems.append("executor-asyncio")
     if probe["aiofiles"]["ok"]:
         systems.append("aiofiles-asyncio")

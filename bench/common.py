@@ -152,6 +152,26 @@ def import_aionative() -> ModuleType:
     return aionative
 
 
+def native_systems(probe: JSONDict, kinds: tuple[str, ...] = ("aionative",)
+                   ) -> tuple[list[str], list[str], list[str]]:
+    """What every workload offers: ``sync`` and each of ``kinds`` (``aionative``,
+    ``aionative.read_bytes`` …) on every available backend and loop. Returns (systems, notes on
+    what this environment cannot run, the loops available)."""
+    systems, notes = ["sync"], []
+    loops = ["asyncio"]
+    if probe["uvloop"]["ok"]:
+        loops.append("uvloop")
+    else:
+        notes.append(f"uvloop variants skipped: {probe['uvloop']['error']}")
+    native = probe["aionative"]
+    if native["ok"]:
+        for kind in kinds:
+            systems += [f"{kind}-{b}-{lp}" for b in native["backends"] for lp in loops]
+    else:
+        notes.append(f"aionative-* skipped: {native['error']}")
+    return systems, notes, loops
+
+
 def parse_size(text: str) -> int:
     """Parse ``1G``, ``64M``, ``512KiB`` or a plain byte count (binary units)."""
     match = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)(i?b)?\s*", text, re.IGNORECASE)

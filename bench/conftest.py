@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench import w4, w7
-from bench.common import JSONDict, ensure_random_file, make_hot
+from bench.common import LOOPS, JSONDict, Skip, ensure_random_file, import_aionative, make_hot
 
 HOT_FILE_SIZE = 64 << 20
 SEED = 1
@@ -50,3 +51,14 @@ def w7_params(tmp_path_factory: pytest.TempPathFactory) -> JSONDict:
     """W7's worker parameters for a 4 MiB text file (aiofiles: its first 2000 lines)."""
     path = tmp_path_factory.mktemp("bench") / "w7-lines.txt"
     return w7.prepare_text(path, W7_FILE_SIZE, SEED, lambda _: None, W7_AIOFILES_LINES)
+
+
+def aionative_params(*kinds: str) -> list[Any]:
+    """pytest parameters: each of ``kinds`` on every available backend and loop (one skipped
+    parameter naming the reason when aionative cannot run here)."""
+    try:
+        backends = list(import_aionative().available_backends())
+    except Skip as exc:
+        return [pytest.param("aionative", id="aionative", marks=pytest.mark.skip(reason=str(exc)))]
+    return [pytest.param(f"{k}-{b}-{lp}", id=f"{k}-{b}-{lp}")
+            for k in kinds for b in backends for lp in LOOPS]

@@ -24,7 +24,15 @@ from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import Any
 
-from bench.common import JSONDict, Skip, System, Timing, import_aionative, loop_factory
+from bench.common import (
+    JSONDict,
+    Skip,
+    System,
+    Timing,
+    import_aionative,
+    loop_factory,
+    native_systems,
+)
 from bench.meter import Passes
 
 AsyncPass = Callable[[], Coroutine[Any, Any, int]]
@@ -34,18 +42,8 @@ def default_systems(probe: JSONDict,
                     helpers: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
     """sync, aionative (and ``aionative.<helper>``) on every backend and loop, aiofiles on
     every loop; notes on what this environment cannot run."""
-    systems, notes = ["sync"], []
-    loops = ["asyncio"]
-    if probe["uvloop"]["ok"]:
-        loops.append("uvloop")
-    else:
-        notes.append(f"uvloop variants skipped: {probe['uvloop']['error']}")
-    native = probe["aionative"]
-    if native["ok"]:
-        for kind in ("aionative", *(f"aionative.{h}" for h in helpers)):
-            systems += [f"{kind}-{b}-{lp}" for b in native["backends"] for lp in loops]
-    else:
-        notes.append(f"aionative-* skipped: {native['error']}")
+    systems, notes, loops = native_systems(
+        probe, ("aionative", *(f"aionative.{h}" for h in helpers)))
     if probe["aiofiles"]["ok"]:
         systems += [f"aiofiles-{lp}" for lp in loops]
     else:

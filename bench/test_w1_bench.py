@@ -21,14 +21,13 @@ import pytest
 
 from bench.clients import Client, Target, open_target, run_batch
 from bench.common import (
-    LOOPS,
     JSONDict,
     Skip,
     System,
-    import_aionative,
     loop_factory,
     parse_system,
 )
+from bench.conftest import aionative_params
 from bench.meter import Quota
 from bench.w1 import READ
 
@@ -40,16 +39,7 @@ ROUNDS = 20
 WARMUP_ROUNDS = 2
 
 
-def _aionative_params() -> list[Any]:
-    try:
-        backends = list(import_aionative().available_backends())
-    except Skip as exc:
-        return [pytest.param("aionative", id="aionative", marks=pytest.mark.skip(reason=str(exc)))]
-    return [pytest.param(f"aionative-{b}-{lp}", id=f"aionative-{b}-{lp}")
-            for b in backends for lp in LOOPS]
-
-
-SYSTEMS = [pytest.param("sync", id="sync"), *_aionative_params(),
+SYSTEMS = [pytest.param("sync", id="sync"), *aionative_params("aionative"),
            pytest.param("executor-asyncio", id="executor-asyncio"),
            pytest.param("aiofiles-asyncio", id="aiofiles-asyncio")]
 

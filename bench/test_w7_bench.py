@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from bench import w7
-from bench.common import LOOPS, JSONDict, Skip, import_aionative, parse_system
+from bench.common import LOOPS, JSONDict, Skip, parse_system
+from bench.conftest import aionative_params
 from bench.fileapi import Rounds
 
 pytest.importorskip("pytest_benchmark")
@@ -26,16 +27,7 @@ ROUNDS = 10
 WARMUP_ROUNDS = 1
 
 
-def _aionative_params() -> list[Any]:
-    try:
-        backends = list(import_aionative().available_backends())
-    except Skip as exc:
-        return [pytest.param("aionative", id="aionative", marks=pytest.mark.skip(reason=str(exc)))]
-    return [pytest.param(f"aionative-{b}-{lp}", id=f"aionative-{b}-{lp}")
-            for b in backends for lp in LOOPS]
-
-
-SYSTEMS = [pytest.param("sync", id="sync"), *_aionative_params(),
+SYSTEMS = [pytest.param("sync", id="sync"), *aionative_params("aionative"),
            *(pytest.param(f"aiofiles-{lp}", id=f"aiofiles-{lp}") for lp in LOOPS)]
 
 
