@@ -17,7 +17,7 @@ from . import (  # `import aiofiles` brings tempfile, threadpool and base too
     threadpool,
 )
 from ._backend import BackendUnavailableError, available_backends, set_default_backend
-from ._engine import close_engine, get_engine
+from ._engine import close_engine, get_engine, inline_budget, set_inline_budget
 from ._files import AsyncBufferedIOBase, AsyncBufferedReader, AsyncFileIO, AsyncTextIOWrapper
 from ._helpers import read_bytes, read_text, write_bytes, write_text
 from ._lowlevel import fdatasync, fsync, pread, preadinto, pwrite
@@ -39,6 +39,7 @@ __all__ = [
     "fdatasync",
     "fsync",
     "get_engine",
+    "inline_budget",
     "open",
     "pread",
     "preadinto",
@@ -46,6 +47,7 @@ __all__ = [
     "read_bytes",
     "read_text",
     "set_default_backend",
+    "set_inline_budget",
     "stderr",
     "stderr_bytes",
     "stdin",

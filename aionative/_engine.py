@@ -109,6 +109,51 @@ def _forget(entry: _Entry) -> None:
         entry.finalizer = None
 
 
+_BUDGET_ENV = "AIONATIVE_INLINE_BUDGET_US"
+_DEFAULT_BUDGET_US = 150.0
+_budget_us: float | None = None       # set_inline_budget(); None: the environment or default
+
+
+def inline_budget() -> float:
+    """The cooperative budget new engines get, in µs: how much wall time reads completed
+    inline (page-cache hits, no kernel round trip) may take per loop iteration before reads go
+    to the kernel queue and the loop gets its turn. 0: no inline reads."""
+    if _budget_us is not None:
+        return _budget_us
+    raw = os.environ.get(_BUDGET_ENV)
+    if not raw:
+        return _DEFAULT_BUDGET_US
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{_BUDGET_ENV} must be a number of microseconds, not {raw!r}"
+                         ) from None
+    _check_budget(value)
+    return value
+
+
+def _check_budget(us: float) -> None:
+    if not 0 <= us <= 1e9:
+        raise ValueError(f"the inline budget must be between 0 and 1e9 µs, not {us!r}")
+
+
+def set_inline_budget(us: float | None) -> None:
+    """Set the cooperative budget (µs) of every engine: those running now and those created
+    later. ``0`` turns inline completion off (every read goes through the kernel queue);
+    ``None`` restores ``AIONATIVE_INLINE_BUDGET_US`` or the default (150 µs)."""
+    global _budget_us
+    if us is not None:
+        _check_budget(float(us))
+    _budget_us = None if us is None else float(us)
+    value = inline_budget()
+    with _lock:
+        entries = list(_entries.values())
+    for entry in entries:
+        eng = entry.engine
+        if not eng.closed and entry.thread == threading.get_ident():
+            eng.inline_budget_us = value
+
+
 _entries: dict[int, _Entry] = {}      # id(loop) -> entry; guarded by _lock
 _lock = threading.Lock()
 _tls = threading.local()              # .loop (weakref) / .entry: this thread's last lookup
@@ -118,8 +163,10 @@ def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
     while True:
         name, rejected = _backend.choose(backend)
         engine: EngineLike
+        budget = inline_budget()
         if name == "threads":
             engine = ThreadsEngine(loop)
+            engine.inline_budget_us = budget
             return _Entry(loop, engine, rejected)
         assert _backend._core is not None
         try:
@@ -133,6 +180,7 @@ def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
                     f"aionative backend {name!r} is unavailable: {reason}") from exc
             _backend.mark_unavailable(name, reason)
             continue
+        engine.inline_budget_us = budget
         loop.add_reader(engine.fileno(), engine._on_ready)
         return _Entry(loop, engine, rejected)
 

@@ -334,7 +334,13 @@ class AsyncBase(Generic[S]):
                 return await self._in_executor(os.read, raw._fd, size)
             return await self._in_executor(os.pread, raw._fd, size, offset)
         eng = get_engine()
-        fut = eng.pread(raw._fd, size, 0 if raw.kind == STREAM else offset)
+        if raw.kind == STREAM:
+            fut = eng.pread(raw._fd, size, 0)
+        else:
+            res = eng.read(raw._fd, size, offset)
+            if isinstance(res, bytes):  # completed inline (page cache hit)
+                return res
+            fut = res
         try:
             return await fut
         except asyncio.CancelledError:
@@ -350,7 +356,10 @@ class AsyncBase(Generic[S]):
 
     async def _engine_readinto(self, buf: Any, offset: int) -> int:
         eng = get_engine()
-        fut = eng.preadinto(self._raw_fd(), buf, offset)
+        res = eng.readinto(self._raw_fd(), buf, offset)
+        if isinstance(res, int):  # completed inline (never for O_DIRECT descriptors)
+            return res
+        fut = res
         try:
             return await fut
         except asyncio.CancelledError:
@@ -579,7 +588,10 @@ class AsyncBase(Generic[S]):
         if self._route == "thread":
             return await self._in_executor(os.pread, raw._fd, size, offset)
         eng = get_engine()
-        fut = eng.pread(raw._fd, size, offset)
+        res = eng.read(raw._fd, size, offset)
+        if isinstance(res, bytes):  # completed inline (page cache hit)
+            return res
+        fut = res
         try:
             return await fut
         except asyncio.CancelledError:

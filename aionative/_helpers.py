@@ -17,10 +17,18 @@ StrPath = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 _FIRST = 256 * 1024
 
 
+async def _read(eng: Any, fd: int, size: int, offset: int) -> bytes:
+    res = eng.read(fd, size, offset)
+    if isinstance(res, bytes):  # completed inline (page cache hit)
+        return res
+    data: bytes = await await_op(eng, res)
+    return data
+
+
 async def _read_fd(fd: int, path: StrPath) -> bytes:
     eng = get_engine()
     try:
-        data: bytes = await await_op(eng, eng.pread(fd, _FIRST, 0))
+        data = await _read(eng, fd, _FIRST, 0)
         if len(data) < _FIRST:
             return data
         parts = [data]
@@ -28,7 +36,7 @@ async def _read_fd(fd: int, path: StrPath) -> bytes:
         off = len(data)
         while True:
             want = max(size - off, 0) + 65536
-            chunk = await await_op(eng, eng.pread(fd, want, off))
+            chunk = await _read(eng, fd, want, off)
             parts.append(chunk)
             off += len(chunk)
             if len(chunk) < want:

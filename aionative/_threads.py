@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import os
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -65,6 +67,13 @@ def _pwrite(fd: int, data: memoryview, offset: int) -> int:
             return done
 
 
+_NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)  # Linux 4.14+; None elsewhere
+_O_DIRECT: int = getattr(os, "O_DIRECT", 0)
+DEFAULT_BUDGET_US = 150.0
+INLINE_MAX = 1 << 20  # larger reads go to a worker (one copy stays well within a budget)
+
+
+
 class ThreadsEngine:
     """Same interface as ``aionative._core.Engine``; operations run in a private pool."""
 
@@ -76,8 +85,65 @@ class ThreadsEngine:
         self._executor = ThreadPoolExecutor(max_workers or min(32, (os.cpu_count() or 1) + 4),
                                             thread_name_prefix="aionative-io")
         self._closed = False
-        self._stats = {"submitted": 0, "completed": 0, "cancels": 0}
+        self._stats = {"submitted": 0, "completed": 0, "cancels": 0, "inline_hits": 0,
+                       "inline_misses": 0, "budget_exhausted": 0}
         self._live = 0
+        self._budget_ns = int(DEFAULT_BUDGET_US * 1000) if _NOWAIT is not None else 0
+        self._window_start = 0
+        self._spent = False
+
+    @property
+    def inline_budget_us(self) -> float:
+        return self._budget_ns / 1000
+
+    @inline_budget_us.setter
+    def inline_budget_us(self, value: float) -> None:
+        if not 0 <= value <= 1e9:
+            raise ValueError("inline_budget_us must be between 0 and 1e9")
+        self._budget_ns = int(value * 1000) if _NOWAIT is not None else 0
+
+    def _reopen(self) -> None:
+        self._window_start = 0
+        self._spent = False
+
+    def _inline_allowed(self, fd: int) -> bool:
+        """The same cooperative budget as the native engine (see its ``read``)."""
+        if not self._budget_ns or self._spent:
+            return False
+        now = time.monotonic_ns()
+        if not self._window_start:
+            loop = self._loop_ref()
+            if loop is None or self._closed:
+                return False
+            loop.call_soon(self._reopen)  # runs on the next iteration, after the loop polled
+            self._window_start = now
+        elif now - self._window_start >= self._budget_ns:
+            self._spent = True
+            self._stats["budget_exhausted"] += 1
+            return False
+        try:
+            return not fcntl.fcntl(fd, fcntl.F_GETFL) & _O_DIRECT
+        except (OSError, ValueError):  # a bad descriptor: the worker reports it as before
+            return False
+
+    def _inline_into(self, fd: int, view: memoryview, offset: int) -> int:
+        """Read ``view`` at ``offset`` from the page cache without blocking: the byte count
+        (short only at end of file), or -1 when a worker must do it."""
+        assert _NOWAIT is not None
+        done, size = 0, len(view)
+        while done < size:
+            try:
+                n = os.preadv(fd, [view[done:]], offset + done, _NOWAIT)
+            except OSError:
+                n = -1
+            if n < 0:
+                self._stats["inline_misses"] += 1
+                return -1
+            if n == 0:
+                break
+            done += n
+        self._stats["inline_hits"] += 1
+        return done
 
     @property
     def closed(self) -> bool:
@@ -115,6 +181,38 @@ class ThreadsEngine:
         if size < 0:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
         return self._submit(_pread, fd, size, offset)
+
+    def read(self, fd: int, size: int, offset: int) -> bytes | asyncio.Future[bytes]:
+        """``pread``, completed inline when the page cache holds the data (see the native
+        engine's ``read``)."""
+        fd, size, offset = index(fd), index(size), index(offset)
+        _check_offset(offset)
+        if size < 0:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        if self._closed:
+            raise RuntimeError("aionative: engine is closed")
+        if size <= INLINE_MAX and self._inline_allowed(fd):
+            buf = bytearray(size)
+            n = self._inline_into(fd, memoryview(buf), offset)
+            if n >= 0:
+                del buf[n:]
+                return bytes(buf)
+        return self._submit(_pread, fd, size, offset)
+
+    def readinto(self, fd: int, buffer: Any, offset: int) -> int | asyncio.Future[int]:
+        """``preadinto``, completed inline when the page cache holds the data."""
+        fd, offset = index(fd), index(offset)
+        _check_offset(offset)
+        view = memoryview(buffer).cast("B")
+        if view.readonly:
+            raise BufferError("Object is not writable.")
+        if self._closed:
+            raise RuntimeError("aionative: engine is closed")
+        if len(view) <= INLINE_MAX and self._inline_allowed(fd):
+            n = self._inline_into(fd, view, offset)
+            if n >= 0:
+                return n
+        return self._submit(_preadinto, fd, view, offset)
 
     def preadinto(self, fd: int, buffer: Any, offset: int) -> asyncio.Future[int]:
         fd, offset = index(fd), index(offset)

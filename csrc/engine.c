@@ -12,6 +12,8 @@
 #include <string.h>
 #include <linux/stat.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 unsigned long engine_fork_generation;
@@ -507,22 +509,90 @@ static int check_nargs(const char *name, Py_ssize_t n, Py_ssize_t want)
     return -1;
 }
 
-static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
+/* ---------------------------------------------------------------- inline fast path */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* 1 if a read on `fd` may be tried inline now, 0 if it goes to the kernel queue, -1 on error.
+ * Not once this iteration's budget is spent, and not on an O_DIRECT descriptor: RWF_NOWAIT
+ * keeps a buffered read off the disk, but a direct read still waits for it. A descriptor
+ * whose flags cannot be read goes to the kernel queue, which reports its error as before. */
+static int inline_allowed(engine_t *e, int fd)
+{
+    if (!e->budget_ns || e->budget_spent)
+        return 0;
+    uint64_t now = mono_ns();
+    if (!e->window_start) {
+        /* The flush runs on the next iteration, after the loop has polled: it reopens the
+         * window, so the budget is per iteration however the loop gets there. */
+        if (engine_schedule_flush(e) < 0)
+            return -1;
+        e->window_start = now;
+    } else if (now - e->window_start >= e->budget_ns) {
+        e->budget_spent = 1;
+        e->st.budget_exhausted++;
+        return 0;
+    }
+    e->st.syscalls++;
+    int fl = fcntl(fd, F_GETFL);
+    return fl >= 0 && !(fl & O_DIRECT);
+}
+
+/* Read buf[0..len) at `off` from the page cache without blocking. 1: the read is complete
+ * (*got bytes, short only at end of file); 0: the rest must go to the kernel queue (*got
+ * bytes are already in buf). Any failure, EAGAIN (not cached) or otherwise, means the kernel
+ * queue: it waits for the data or reports the error exactly as without the fast path. */
+static int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint64_t *got)
+{
+    uint64_t done = 0;
+    for (;;) {
+        struct iovec iov = {buf + done, (size_t)(len - done)};  /* len <= INLINE_MAX */
+        e->st.syscalls++;
+        ssize_t n = fault_hit(FP_INLINE) ? -1 : preadv2(fd, &iov, 1, off + (int64_t)done,
+                                                        RWF_NOWAIT);
+        if (n < 0)
+            break;
+        done += (uint64_t)n;
+        if (n == 0 || done == len) {
+            *got = done;
+            e->st.inline_hits++;
+            return 1;
+        }
+    }
+    *got = done;
+    e->st.inline_misses++;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- reads and writes */
+
+static Py_ssize_t parse_size(PyObject *o)
+{
+    PyObject *size_obj = PyNumber_Index(o);
+    if (!size_obj)
+        return -1;
+    Py_ssize_t size = PyLong_AsSsize_t(size_obj);
+    Py_DECREF(size_obj);
+    return size;
+}
+
+/* pread and read: `fast` tries the inline path first and then returns the bytes themselves. */
+static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
+                              const char *name, int fast)
 {
     int fd;
     int64_t off;
-    if (check_nargs("pread", n, 3) < 0 || parse_fd(args[0], &fd) < 0)
+    if (check_nargs(name, n, 3) < 0 || parse_fd(args[0], &fd) < 0)
         return NULL;
-    PyObject *size_obj = PyNumber_Index(args[1]);
-    if (!size_obj)
+    Py_ssize_t size = parse_size(args[1]);
+    if ((size == -1 && PyErr_Occurred()) || parse_offset(args[2], &off) < 0)
         return NULL;
-    Py_ssize_t size = PyLong_AsSsize_t(size_obj);
-    Py_DECREF(size_obj);
-    if (size == -1 && PyErr_Occurred())
-        return NULL;
-    if (parse_offset(args[2], &off) < 0)
-        return NULL;
-    if (size < 0) {
+    if (size < 0) {  /* after every conversion, as os.pread checks it */
         errno = EINVAL;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
@@ -532,7 +602,14 @@ static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, size);
     if (!bytes)
         return NULL;
-    uint32_t idx = slot_alloc(e);
+    uint64_t got = 0;
+    int ok = fast && size <= INLINE_MAX ? inline_allowed(e, fd) : 0;
+    if (ok > 0 && inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)size, off, &got)) {
+        if ((Py_ssize_t)got != size && _PyBytes_Resize(&bytes, (Py_ssize_t)got) < 0)
+            return NULL;
+        return bytes;
+    }
+    uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
         Py_DECREF(bytes);
         return NULL;
@@ -543,12 +620,23 @@ static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
     op->bytes = bytes;
     op->buf = PyBytes_AS_STRING(bytes);
     op->len = (uint64_t)size;
+    op->done = got;
     op->off = off;
     return engine_start(e, idx);
 }
 
+static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    return engine_pread(e, args, n, "pread", 0);
+}
+
+static PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    return engine_pread(e, args, n, "read", 1);
+}
+
 static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t n,
-                                  const char *name, int kind)
+                                  const char *name, int kind, int fast)
 {
     int fd;
     int64_t off;
@@ -560,7 +648,17 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     if (PyObject_GetBuffer(args[1], &view, flags) < 0)
         return NULL;
     /* Checked after the conversions: __index__ and __buffer__ may be Python code. */
-    uint32_t idx = engine_usable(e) ? slot_alloc(e) : OP_NONE;
+    if (!engine_usable(e)) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    uint64_t got = 0;
+    int ok = fast && view.len <= INLINE_MAX ? inline_allowed(e, fd) : 0;
+    if (ok > 0 && inline_read(e, fd, view.buf, (uint64_t)view.len, off, &got)) {
+        PyBuffer_Release(&view);
+        return PyLong_FromUnsignedLongLong(got);
+    }
+    uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
         PyBuffer_Release(&view);
         return NULL;
@@ -571,18 +669,24 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     op->fd = fd;
     op->buf = op->view.buf;
     op->len = (uint64_t)op->view.len;
+    op->done = got;
     op->off = off;
     return engine_start(e, idx);
 }
 
 static PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
-    return engine_buffer_op(e, args, n, "preadinto", OP_READINTO);
+    return engine_buffer_op(e, args, n, "preadinto", OP_READINTO, 0);
+}
+
+static PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    return engine_buffer_op(e, args, n, "readinto", OP_READINTO, 1);
 }
 
 static PyObject *Engine_pwrite(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
-    return engine_buffer_op(e, args, n, "pwrite", OP_WRITE);
+    return engine_buffer_op(e, args, n, "pwrite", OP_WRITE, 0);
 }
 
 static PyObject *engine_sync_op(engine_t *e, PyObject *arg, int kind)
@@ -947,6 +1051,8 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
     e->busy++;
     e->st.wakeups++;
+    e->window_start = 0;  /* the loop has polled: a new inline budget */
+    e->budget_spent = 0;
     eventfd_clear(e);
     e->ops->reap(e, 0);
     engine_pump(e);
@@ -956,9 +1062,14 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
 static PyObject *Engine_flush(engine_t *e, PyObject *unused)
 {
     e->flush_scheduled = 0;
+    /* Scheduled on the previous iteration: the loop has polled since. A new inline budget. */
+    e->window_start = 0;
+    e->budget_spent = 0;
     int ok = engine_callback_ok(e);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
+    if (!e->in_kernel && !e->waiting)
+        Py_RETURN_NONE;  /* only reopened the budget: nothing to submit or reap */
     e->busy++;
     engine_pump(e);
     /* Cached buffered reads complete inside the submitting call: reap them now rather than
@@ -1144,6 +1255,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     e->efd = -1;
     e->free_head = e->wait_head = e->wait_tail = OP_NONE;
     e->fork_gen = engine_fork_generation;
+    e->budget_ns = DEFAULT_BUDGET_NS;
     e->owner_thread = PyThread_get_thread_ident();
     e->loop_ref = PyWeakref_NewRef(loop, NULL);
     if (!e->loop_ref)
@@ -1198,6 +1310,7 @@ static const struct { const char *name; size_t off; } stat_fields[] = {
     STAT(submitted), STAT(completed), STAT(batches), STAT(syscalls), STAT(wakeups),
     STAT(queued), STAT(retries), STAT(splits), STAT(nowait_eagain), STAT(direct_reissues),
     STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(cq_overflow),
+    STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted),
 };
 
 static int dict_set_ull(PyObject *d, const char *k, unsigned long long v)
@@ -1259,6 +1372,24 @@ static PyObject *Engine_get_forked(engine_t *e, void *c)
     return PyBool_FromLong(e->fork_gen != engine_fork_generation);
 }
 
+static PyObject *Engine_get_inline_budget(engine_t *e, void *c)
+{
+    return PyFloat_FromDouble((double)e->budget_ns / 1000.0);
+}
+
+static int Engine_set_inline_budget(engine_t *e, PyObject *v, void *c)
+{
+    double us = v ? PyFloat_AsDouble(v) : -1.0;
+    if (us == -1.0 && PyErr_Occurred())
+        return -1;
+    if (!(us >= 0.0 && us <= 1e9)) {
+        PyErr_SetString(PyExc_ValueError, "inline_budget_us must be between 0 and 1e9");
+        return -1;
+    }
+    e->budget_ns = (uint64_t)(us * 1000.0);
+    return 0;
+}
+
 static PyObject *Engine_get_in_flight(engine_t *e, void *c)
 {
     return PyLong_FromUnsignedLong(e->live);
@@ -1275,6 +1406,12 @@ static PyMethodDef Engine_methods[] = {
      "pread(fd, size, offset) -> Future[bytes]"},
     {"preadinto", (PyCFunction)(void (*)(void))Engine_preadinto, METH_FASTCALL,
      "preadinto(fd, buffer, offset) -> Future[int]"},
+    {"read", (PyCFunction)(void (*)(void))Engine_read, METH_FASTCALL,
+     "read(fd, size, offset) -> bytes | Future[bytes]: pread, completed inline (the bytes "
+     "themselves) when the page cache holds the data and the iteration's budget allows"},
+    {"readinto", (PyCFunction)(void (*)(void))Engine_readinto, METH_FASTCALL,
+     "readinto(fd, buffer, offset) -> int | Future[int]: preadinto, completed inline when it "
+     "can be (see read)"},
     {"pwrite", (PyCFunction)(void (*)(void))Engine_pwrite, METH_FASTCALL,
      "pwrite(fd, data, offset) -> Future[int]; short writes continue until all is written"},
     {"fsync", (PyCFunction)Engine_fsync, METH_O, "fsync(fd) -> Future[None]"},
@@ -1317,6 +1454,9 @@ static PyGetSetDef Engine_getset[] = {
     {"closed", (getter)Engine_get_closed, NULL, NULL, NULL},
     {"forked", (getter)Engine_get_forked, NULL, NULL, NULL},
     {"in_flight", (getter)Engine_get_in_flight, NULL, NULL, NULL},
+    {"inline_budget_us", (getter)Engine_get_inline_budget, (setter)Engine_set_inline_budget,
+     "wall time (µs) reads completed inline may take per loop iteration; 0 turns the inline "
+     "fast path off", NULL},
     {"loop", (getter)Engine_get_loop, NULL, NULL, NULL},
     {NULL},
 };

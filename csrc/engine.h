@@ -23,6 +23,12 @@
  * size up to 4 KiB, for memory address, length and offset alike. */
 #define DIO_ALIGN 4096u
 
+/* Default wall time inline completions may take per loop iteration (see engine_t). */
+#define DEFAULT_BUDGET_NS 150000u
+/* Larger reads always go to the kernel queue: one inline copy must stay well within a budget
+ * (1 MiB from the page cache takes ~0.1 ms here). */
+#define INLINE_MAX (1u << 20)
+
 enum op_kind {
     OP_READ,      /* result: a new bytes object the kernel reads into */
     OP_READINTO,  /* result: int; the caller's writable buffer */
@@ -101,6 +107,9 @@ typedef struct stats {
     uint64_t nowait_unsupported; /* kaio: RWF_NOWAIT refused for the file; read done blocking */
     uint64_t cancels;         /* cancellation requests */
     uint64_t cq_overflow;     /* io_uring: CQ overflow flushes */
+    uint64_t inline_hits;     /* reads completed inline from the page cache (RWF_NOWAIT) */
+    uint64_t inline_misses;   /* inline attempts that went to the kernel queue after all */
+    uint64_t budget_exhausted; /* loop iterations whose inline budget ran out */
 } stats_t;
 
 struct engine;
@@ -185,6 +194,13 @@ typedef struct engine {
     PyObject *weakrefs;       /* the registry holds engines weakly: the loop's reader keeps
                                * an engine alive exactly as long as the loop is open */
     int flush_scheduled;
+    /* Cooperative budget of the inline fast path: reads that complete inside the call never
+     * return to the loop, so they may run for `budget_ns` of wall time per loop iteration.
+     * `window_start` is when the first of them ran (0: none since the last iteration began);
+     * a flush is scheduled then, and the flush (next iteration) reopens the window. */
+    uint64_t budget_ns;       /* 0: the fast path is off */
+    uint64_t window_start;
+    int budget_spent;
     unsigned capacity;        /* most operations with the kernel at once */
     /* slot table */
     op_t **blocks;
@@ -243,6 +259,7 @@ enum fault_point {
     FP_COMPLETION,     /* the next completions carry -errno instead of their result */
     FP_SHORT,          /* the next read/write completions transfer half of what they did */
     FP_DIRECT_OPEN,    /* kaio: opening the O_DIRECT descriptor fails */
+    FP_INLINE,         /* the inline RWF_NOWAIT read fails with -errno (EAGAIN: a cache miss) */
     FP_COUNT
 };
 extern int fault_errno[FP_COUNT];

@@ -43,6 +43,7 @@ static const char *const fault_names[FP_COUNT] = {
     [FP_COMPLETION] = "completion",
     [FP_SHORT] = "short",
     [FP_DIRECT_OPEN] = "direct_open",
+    [FP_INLINE] = "inline",
 };
 
 /* set_fault(point, errno, count, after=0): after `after` calls pass, the point's next `count`

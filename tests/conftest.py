@@ -65,6 +65,17 @@ def native_backend(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
+def ring_only() -> Iterator[None]:
+    """Turn the inline fast path off: every read goes through the kernel queue (for tests of
+    the queue's own behaviour: batching, injected completion faults, in-flight operations)."""
+    aionative.set_inline_budget(0)
+    try:
+        yield
+    finally:
+        aionative.set_inline_budget(None)
+
+
+@pytest.fixture
 def linux_aio() -> Iterator[str]:
     """Only Linux AIO."""
     yield from _use_backend("linux_aio")

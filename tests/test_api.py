@@ -36,7 +36,7 @@ async def test_engine_is_per_loop_and_reused(backend: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_native_stats_count_batches(native_backend: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_native_stats_count_batches(native_backend: str, ring_only: None, tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "f"
     path.write_bytes(os.urandom(1 << 20))
     fd = os.open(path, os.O_RDONLY)

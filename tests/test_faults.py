@@ -15,7 +15,7 @@ import pytest
 import aionative
 from aionative import _core
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("native_backend")]
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("native_backend", "ring_only")]
 
 
 def _within(coro: object) -> object:

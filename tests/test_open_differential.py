@@ -6,7 +6,8 @@ content with mixed line endings, multi-byte characters and invalid bytes. Every 
 every exception (type, errno, message) and the final file contents must be equal.
 
 Runs on every backend × {asyncio, uvloop}; ``AIONATIVE_DIFF_EXAMPLES`` sets the number of
-sequences per combination (CI: the default below).
+sequences per combination (CI: the default below), and a third of that again with the inline
+fast path off, so reads go through the kernel queue too.
 """
 
 from __future__ import annotations
@@ -326,4 +327,16 @@ def loop(request: pytest.FixtureRequest) -> Any:
 @given(sc=scenarios())
 def test_same_as_builtin_open(backend: str, loop: asyncio.AbstractEventLoop, tmp_path: Path,
                               sc: dict[str, Any]) -> None:
+    loop.run_until_complete(run_scenario(tmp_path, sc))
+
+
+@settings(max_examples=max(EXAMPLES // 3, 1), deadline=None, derandomize=False,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(sc=scenarios())
+def test_same_as_builtin_open_through_the_kernel_queue(
+        backend: str, ring_only: None, loop: asyncio.AbstractEventLoop, tmp_path: Path,
+        sc: dict[str, Any]) -> None:
+    """The same, with the inline fast path off: every read goes through the kernel queue (the
+    test above mostly reads hot files, which complete inline)."""
     loop.run_until_complete(run_scenario(tmp_path, sc))

@@ -1,0 +1,290 @@
+"""The inline fast path and its cooperative budget.
+
+A read the page cache can serve is done inside the call (``preadv2`` with ``RWF_NOWAIT``): no
+future, no kernel queue, no loop iteration. Anything else — not cached, partly cached, an
+O_DIRECT descriptor, a pipe, an error — goes through the kernel queue exactly as before. Reads
+done inline never return to the loop, so they may take only the budget's wall time per loop
+iteration; after that reads go to the queue and the loop gets its turn.
+
+Every test runs on each backend (the threads backend has the same path, in Python) × {asyncio,
+uvloop}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import mmap
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aionative
+from aionative import _backend
+
+from .conftest import cold_file
+
+HOT = 1 << 20
+
+
+def hot_file(path: Path, size: int = HOT) -> tuple[int, bytes]:
+    data = os.urandom(size)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    assert os.pread(fd, size + 1, 0) == data  # in the page cache now
+    return fd, data
+
+
+def delta(before: dict[str, int], key: str) -> int:
+    return aionative.engine_stats()[key] - before[key]
+
+
+@pytest.mark.asyncio
+async def test_a_hot_read_completes_inside_the_call(backend: str, tmp_path: Path) -> None:
+    fd, data = hot_file(tmp_path / "f")
+    try:
+        eng = aionative.get_engine()
+        before = eng.stats()
+        got = eng.read(fd, 4096, 8192)
+        assert isinstance(got, bytes) and got == data[8192:12288]
+        buf = bytearray(1000)
+        n = eng.readinto(fd, buf, 5)
+        assert n == 1000 and buf == data[5:1005]
+        assert await aionative.pread(fd, 100, 70) == data[70:170]
+        assert delta(before, "inline_hits") == 3
+        assert delta(before, "submitted") == 0          # nothing went to the kernel queue
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_end_of_file_is_answered_inline(backend: str, tmp_path: Path) -> None:
+    fd, data = hot_file(tmp_path / "f", 10_000)
+    try:
+        eng = aionative.get_engine()
+        before = eng.stats()
+        assert eng.read(fd, 4096, 8192) == data[8192:]   # short: the end of the file
+        assert eng.read(fd, 4096, 10_000) == b""
+        assert eng.read(fd, 4096, 1 << 40) == b""
+        assert eng.read(fd, 0, 0) == b""
+        assert delta(before, "inline_hits") == 4 and delta(before, "submitted") == 0
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_a_cold_read_goes_to_the_kernel_queue(backend: str, tmp_path: Path) -> None:
+    fd, data = cold_file(tmp_path / "cold", 256 << 10)
+    try:
+        eng = aionative.get_engine()
+        before = eng.stats()
+        res = eng.read(fd, 64 << 10, 64 << 10)
+        assert isinstance(res, asyncio.Future)
+        assert await res == data[64 << 10:128 << 10]
+        assert delta(before, "inline_misses") == 1 and delta(before, "inline_hits") == 0
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_a_partly_cached_read_finishes_through_the_queue(backend: str,
+                                                               tmp_path: Path) -> None:
+    """The cached head is kept; the rest is read by the kernel queue, and the result is the
+    whole range (a short inline read is not mistaken for the end of the file)."""
+    fd, data = cold_file(tmp_path / "part", 4 << 20)
+    warm = os.open(tmp_path / "part", os.O_RDONLY)
+    try:
+        os.posix_fadvise(warm, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead past what we read
+        os.pread(warm, 64 << 10, 0)
+        got = await aionative.pread(fd, 1 << 20, 0)
+        assert got == data[:1 << 20]
+        buf = bytearray(1 << 20)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.pread(warm, 64 << 10, 0)
+        assert await aionative.preadinto(fd, buf, 0) == 1 << 20 and buf == data[:1 << 20]
+    finally:
+        os.close(warm)
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_an_o_direct_descriptor_never_reads_inline(backend: str, tmp_path: Path) -> None:
+    """RWF_NOWAIT keeps a buffered read off the disk, but a direct read still waits for it."""
+    fd, data = hot_file(tmp_path / "f")
+    os.close(fd)
+    try:
+        fd = os.open(tmp_path / "f", os.O_RDONLY | os.O_DIRECT)
+    except OSError as exc:
+        pytest.skip(f"O_DIRECT refused here: {exc}")
+    buf = mmap.mmap(-1, 8192)
+    try:
+        eng = aionative.get_engine()
+        before = eng.stats()
+        res = eng.readinto(fd, buf, 4096)
+        assert not isinstance(res, int)
+        assert await res == 8192 and buf[:] == data[4096:12288]
+        assert delta(before, "inline_hits") == 0
+    finally:
+        buf.close()
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_large_reads_always_use_the_queue(backend: str, tmp_path: Path) -> None:
+    """One inline copy must stay well within a budget: reads over 1 MiB are queued."""
+    fd, data = hot_file(tmp_path / "f", (1 << 20) + 4096)
+    try:
+        eng = aionative.get_engine()
+        before = eng.stats()
+        res = eng.read(fd, (1 << 20) + 1, 0)
+        assert isinstance(res, asyncio.Future) and await res == data[:(1 << 20) + 1]
+        assert isinstance(eng.read(fd, 1 << 20, 0), bytes)
+        assert delta(before, "inline_hits") == 1
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("case", ["bad_fd", "negative_offset", "directory", "negative_size",
+                                  "write_only", "huge_offset"])
+async def test_errors_are_unchanged(backend: str, tmp_path: Path, case: str) -> None:
+    """Whatever fails inline is retried through the queue, which raises what os.pread does."""
+    fd, _ = hot_file(tmp_path / "f", 100)
+    wfd = os.open(tmp_path / "w", os.O_WRONLY | os.O_CREAT)
+    dfd = os.open(tmp_path, os.O_RDONLY)
+    args: dict[str, tuple[int, int, int]] = {
+        "bad_fd": (12345, 10, 0), "negative_offset": (fd, 10, -1), "directory": (dfd, 10, 0),
+        "negative_size": (fd, -1, 0), "write_only": (wfd, 10, 0),
+        "huge_offset": (fd, 10, 1 << 62)}
+    try:
+        a = args[case]
+        try:
+            expected: Any = os.pread(*a)
+        except OSError as exc:
+            expected = (type(exc), exc.errno)
+        try:
+            got: Any = await aionative.pread(*a)
+        except OSError as exc:
+            got = (type(exc), exc.errno)
+        assert got == expected
+    finally:
+        for f in (fd, wfd, dfd):
+            os.close(f)
+
+
+@pytest.mark.asyncio
+async def test_an_injected_inline_failure_falls_back_to_the_queue(native_backend: str,
+                                                                   tmp_path: Path) -> None:
+    assert _backend._core is not None
+    fd, data = hot_file(tmp_path / "f")
+    try:
+        eng = aionative.get_engine()
+        before = eng.stats()
+        _backend._core.set_fault("inline", errno.EAGAIN, 5)
+        got = await asyncio.gather(*[aionative.pread(fd, 4096, i * 4096) for i in range(8)])
+        assert got == [data[i * 4096:(i + 1) * 4096] for i in range(8)]
+        assert delta(before, "inline_misses") == 5
+        assert delta(before, "inline_hits") == 3
+        assert delta(before, "completed") == 5     # the five went through the kernel queue
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_budget_zero_turns_the_fast_path_off(backend: str, tmp_path: Path) -> None:
+    fd, data = hot_file(tmp_path / "f")
+    try:
+        aionative.set_inline_budget(0)
+        eng = aionative.get_engine()
+        assert eng.inline_budget_us == 0
+        before = eng.stats()
+        res = eng.read(fd, 4096, 0)
+        assert isinstance(res, asyncio.Future) and await res == data[:4096]
+        assert delta(before, "inline_hits") == 0 and delta(before, "inline_misses") == 0
+        aionative.set_inline_budget(40)            # applies to the running engine too
+        assert eng.inline_budget_us == 40
+        assert isinstance(eng.read(fd, 4096, 0), bytes)
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+
+
+def test_budget_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in (-1, float("nan"), 2e9):
+        with pytest.raises(ValueError):
+            aionative.set_inline_budget(bad)
+    assert aionative.inline_budget() == 150.0
+    monkeypatch.setenv("AIONATIVE_INLINE_BUDGET_US", "75")
+    assert aionative.inline_budget() == 75.0
+    monkeypatch.setenv("AIONATIVE_INLINE_BUDGET_US", "soon")
+    with pytest.raises(ValueError, match="AIONATIVE_INLINE_BUDGET_US"):
+        aionative.inline_budget()
+    aionative.set_inline_budget(10)
+    assert aionative.inline_budget() == 10.0       # the call wins over the environment
+    monkeypatch.delenv("AIONATIVE_INLINE_BUDGET_US")
+    aionative.set_inline_budget(None)
+    assert aionative.inline_budget() == 150.0
+
+
+async def _longest_run(reader: Callable[[], Any], seconds: float) -> tuple[int, int]:
+    """Run ``reader`` (one read) in a tight loop next to a task that only yields; return the
+    most reads done between two turns of that task, and the reads done in all. Counted in
+    reads, not seconds, so a busy machine preempting the whole process cannot fake a stall."""
+    stop = False
+    count = 0
+    longest = 0
+
+    async def other() -> None:
+        nonlocal longest
+        last = count
+        while not stop:
+            await asyncio.sleep(0)
+            longest = max(longest, count - last)
+            last = count
+
+    async def tight() -> None:
+        nonlocal count
+        while not stop:
+            await reader()
+            count += 1
+
+    tasks = [asyncio.create_task(other()), asyncio.create_task(tight())]
+    await asyncio.sleep(seconds)
+    stop = True
+    await asyncio.gather(*tasks)
+    return longest, count
+
+
+@pytest.mark.asyncio
+async def test_a_tight_hot_read_loop_lets_other_tasks_run(backend: str, tmp_path: Path) -> None:
+    """Every read of this loop could complete inline, so without the budget the reader would
+    never give the loop back: the other task would get no turn for the whole second (hundreds
+    of thousands of reads). With it, the reader yields after one budget (150 µs: a few hundred
+    4 KiB reads on this machine); the bound asserted is loose."""
+    fd, _ = hot_file(tmp_path / "f")
+    try:
+        eng = aionative.get_engine()
+        before = eng.stats()
+        longest, reads = await _longest_run(lambda: aionative.pread(fd, 4096, 8192), 1.0)
+        hits = delta(before, "inline_hits")
+        assert hits > reads // 2, (hits, reads)            # the fast path did the work
+        assert delta(before, "budget_exhausted") > 0
+        assert longest < 5000, f"{longest} reads of {reads} ran before another task's turn"
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_the_file_layer_reads_inline(backend: str, tmp_path: Path) -> None:
+    fd, data = hot_file(tmp_path / "f")
+    os.close(fd)
+    before = aionative.engine_stats()
+    async with aionative.open(tmp_path / "f", "rb") as f:
+        assert await f.read(10) == data[:10]
+        assert await f.pread(100, 500) == data[500:600]
+        assert await f.read() == data[10:]
+    assert await aionative.read_bytes(tmp_path / "f") == data
+    assert delta(before, "inline_hits") >= 4
