@@ -4,6 +4,7 @@ open, read or write, close — with no file object in between."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from typing import Any
@@ -12,6 +13,7 @@ from . import _kernelops as _k
 from ._engine import get_engine
 from ._lowlevel import await_op
 from ._open import open_file
+from ._threads import ThreadsEngine
 
 StrPath = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 _FIRST = 256 * 1024
@@ -56,8 +58,28 @@ async def _read_fd(fd: int, path: StrPath) -> bytes:
 
 
 async def read_bytes(path: StrPath) -> bytes:
-    """The whole file's bytes (``pathlib.Path.read_bytes``)."""
-    fd = await _k.open_fd(path, os.O_RDONLY)
+    """The whole file's bytes (``pathlib.Path.read_bytes``).
+
+    A small regular file whose path and pages are cached is read inside the call (open, read
+    and close without a kernel round trip, within the loop's cooperative budget)."""
+    eng = get_engine()
+    fd = None
+    if not isinstance(eng, ThreadsEngine):
+        bpath = os.fsencode(path)
+        res = eng.read_file(_k.AT_FDCWD, bpath)
+        while res is False:
+            # This iteration's inline budget is spent: a turn of the loop renews it (the first
+            # inline call of each iteration always runs), and costs far less than the three
+            # kernel round trips of the queued path.
+            await asyncio.sleep(0)
+            eng = get_engine()
+            res = eng.read_file(_k.AT_FDCWD, bpath) if not isinstance(eng, ThreadsEngine) else None
+        if isinstance(res, bytes):
+            return res
+        if res is not None and res is not False:
+            fd = res  # opened inline; not all of it could be read there
+    if fd is None:
+        fd = await _k.open_fd(path, os.O_RDONLY)
     try:
         return await _read_fd(fd, path)
     finally:

@@ -12,8 +12,6 @@
 #include <string.h>
 #include <linux/stat.h>
 #include <sys/eventfd.h>
-#include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 unsigned long engine_fork_generation;
@@ -83,7 +81,7 @@ static PyObject *engine_loop(engine_t *e)
     return loop == Py_None ? NULL : loop;
 }
 
-static int engine_schedule_flush(engine_t *e)
+int engine_schedule_flush(engine_t *e)
 {
     if (e->flush_scheduled)
         return 0;
@@ -509,66 +507,6 @@ static int check_nargs(const char *name, Py_ssize_t n, Py_ssize_t want)
     return -1;
 }
 
-/* ---------------------------------------------------------------- inline fast path */
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* 1 if a read on `fd` may be tried inline now, 0 if it goes to the kernel queue, -1 on error.
- * Not once this iteration's budget is spent, and not on an O_DIRECT descriptor: RWF_NOWAIT
- * keeps a buffered read off the disk, but a direct read still waits for it. A descriptor
- * whose flags cannot be read goes to the kernel queue, which reports its error as before. */
-static int inline_allowed(engine_t *e, int fd)
-{
-    if (!e->budget_ns || e->budget_spent)
-        return 0;
-    uint64_t now = mono_ns();
-    if (!e->window_start) {
-        /* The flush runs on the next iteration, after the loop has polled: it reopens the
-         * window, so the budget is per iteration however the loop gets there. */
-        if (engine_schedule_flush(e) < 0)
-            return -1;
-        e->window_start = now;
-    } else if (now - e->window_start >= e->budget_ns) {
-        e->budget_spent = 1;
-        e->st.budget_exhausted++;
-        return 0;
-    }
-    e->st.syscalls++;
-    int fl = fcntl(fd, F_GETFL);
-    return fl >= 0 && !(fl & O_DIRECT);
-}
-
-/* Read buf[0..len) at `off` from the page cache without blocking. 1: the read is complete
- * (*got bytes, short only at end of file); 0: the rest must go to the kernel queue (*got
- * bytes are already in buf). Any failure, EAGAIN (not cached) or otherwise, means the kernel
- * queue: it waits for the data or reports the error exactly as without the fast path. */
-static int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint64_t *got)
-{
-    uint64_t done = 0;
-    for (;;) {
-        struct iovec iov = {buf + done, (size_t)(len - done)};  /* len <= INLINE_MAX */
-        e->st.syscalls++;
-        ssize_t n = fault_hit(FP_INLINE) ? -1 : preadv2(fd, &iov, 1, off + (int64_t)done,
-                                                        RWF_NOWAIT);
-        if (n < 0)
-            break;
-        done += (uint64_t)n;
-        if (n == 0 || done == len) {
-            *got = done;
-            e->st.inline_hits++;
-            return 1;
-        }
-    }
-    *got = done;
-    e->st.inline_misses++;
-    return 0;
-}
-
 /* ---------------------------------------------------------------- reads and writes */
 
 static Py_ssize_t parse_size(PyObject *o)
@@ -882,6 +820,19 @@ static PyObject *Engine_close_fd(engine_t *e, PyObject *arg)
         return NULL;
     op->fd = fd;
     return engine_start(e, idx);
+}
+
+/* read_file(dirfd, path: bytes) -> bytes | int | False | None (see inline_read_file) */
+static PyObject *Engine_read_file(engine_t *e, PyObject *args)
+{
+    int dirfd;
+    const char *path;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "iy#:read_file", &dirfd, &path, &len) || !engine_usable(e))
+        return NULL;
+    if ((size_t)len != strlen(path))
+        Py_RETURN_NONE;  /* an embedded NUL: the queue's openat raises what os.open does */
+    return inline_read_file(e, dirfd, path);
 }
 
 /* fallocate(fd, mode, offset, length) / ftruncate(fd, length) -> Future[None] */
@@ -1419,6 +1370,11 @@ static PyMethodDef Engine_methods[] = {
     {"openat", (PyCFunction)Engine_openat, METH_VARARGS,
      "openat(dirfd, path: bytes, flags, mode, filename) -> Future[int]"},
     {"close_fd", (PyCFunction)Engine_close_fd, METH_O, "close_fd(fd) -> Future[None]"},
+    {"read_file", (PyCFunction)Engine_read_file, METH_VARARGS,
+     "read_file(dirfd, path: bytes) -> bytes | int | False | None: a whole small file read "
+     "inline when the dentry and page caches hold it (bytes); else a descriptor opened inline "
+     "for the caller to read and close (int), False when the iteration's budget is spent "
+     "(yield, then try again), or None (nothing opened)"},
     {"statx", (PyCFunction)Engine_statx, METH_VARARGS,
      "statx(dirfd, path: bytes, flags, mask, filename) -> Future[tuple]"},
     {"unlinkat", (PyCFunction)Engine_unlinkat, METH_VARARGS,

@@ -236,6 +236,17 @@ void engine_fail_unaccepted(engine_t *e, uint32_t idx, int err);
 PyObject *engine_forget_inherited(PyObject *m, PyObject *unused);
 PyObject *engine_counters(PyObject *m, PyObject *unused);
 
+int engine_schedule_flush(engine_t *e);
+
+/* inline.c: the inline fast path and its cooperative budget */
+int inline_budget_ok(engine_t *e);
+int inline_allowed(engine_t *e, int fd);
+int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint64_t *got);
+/* A whole small regular file, read inline: bytes (the descriptor is closed), an int (a
+ * descriptor opened here that the caller reads and closes), False (this iteration's budget
+ * is spent: yield, then try again) or None (nothing opened: use the kernel queue). */
+PyObject *inline_read_file(engine_t *e, int dirfd, const char *path);
+
 /* uring.c / kaio.c: create the backend state in `e`. 0 or -errno, with a reason written. */
 extern const backend_ops uring_ops;
 extern const backend_ops kaio_ops;

@@ -30,6 +30,15 @@ from .conftest import cold_file
 HOT = 1 << 20
 
 
+@pytest.fixture
+def wide_budget() -> Any:
+    """A budget no test can spend (1 s), for tests that count inline completions exactly: a
+    busy machine preempting the process mid-test must not close the window on them."""
+    aionative.set_inline_budget(1e6)
+    yield
+    aionative.set_inline_budget(None)
+
+
 def hot_file(path: Path, size: int = HOT) -> tuple[int, bytes]:
     data = os.urandom(size)
     path.write_bytes(data)
@@ -43,7 +52,8 @@ def delta(before: dict[str, int], key: str) -> int:
 
 
 @pytest.mark.asyncio
-async def test_a_hot_read_completes_inside_the_call(backend: str, tmp_path: Path) -> None:
+async def test_a_hot_read_completes_inside_the_call(backend: str, wide_budget: None,
+                                                    tmp_path: Path) -> None:
     fd, data = hot_file(tmp_path / "f")
     try:
         eng = aionative.get_engine()
@@ -61,7 +71,8 @@ async def test_a_hot_read_completes_inside_the_call(backend: str, tmp_path: Path
 
 
 @pytest.mark.asyncio
-async def test_end_of_file_is_answered_inline(backend: str, tmp_path: Path) -> None:
+async def test_end_of_file_is_answered_inline(backend: str, wide_budget: None,
+                                              tmp_path: Path) -> None:
     fd, data = hot_file(tmp_path / "f", 10_000)
     try:
         eng = aionative.get_engine()
@@ -133,7 +144,8 @@ async def test_an_o_direct_descriptor_never_reads_inline(backend: str, tmp_path:
 
 
 @pytest.mark.asyncio
-async def test_large_reads_always_use_the_queue(backend: str, tmp_path: Path) -> None:
+async def test_large_reads_always_use_the_queue(backend: str, wide_budget: None,
+                                                tmp_path: Path) -> None:
     """One inline copy must stay well within a budget: reads over 1 MiB are queued."""
     fd, data = hot_file(tmp_path / "f", (1 << 20) + 4096)
     try:
@@ -177,6 +189,7 @@ async def test_errors_are_unchanged(backend: str, tmp_path: Path, case: str) -> 
 
 @pytest.mark.asyncio
 async def test_an_injected_inline_failure_falls_back_to_the_queue(native_backend: str,
+                                                                   wide_budget: None,
                                                                    tmp_path: Path) -> None:
     assert _backend._core is not None
     fd, data = hot_file(tmp_path / "f")
@@ -288,3 +301,80 @@ async def test_the_file_layer_reads_inline(backend: str, tmp_path: Path) -> None
         assert await f.read() == data[10:]
     assert await aionative.read_bytes(tmp_path / "f") == data
     assert delta(before, "inline_hits") >= 4
+
+
+# ------------------------------------------------------------------ whole small files
+
+
+def _fds() -> int:
+    aionative.get_engine()  # its ring and eventfd are not the test's descriptors
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.asyncio
+async def test_read_bytes_of_a_hot_small_file_is_one_inline_call(native_backend: str,
+                                                                 tmp_path: Path) -> None:
+    """Open (openat2 RESOLVE_CACHED), fstat, read and close inside the call: no kernel queue."""
+    files = []
+    for i in range(50):
+        fd, data = hot_file(tmp_path / f"f{i}", 1000 * i)
+        os.close(fd)
+        files.append((tmp_path / f"f{i}", data))
+    fds = _fds()
+    before = aionative.engine_stats()
+
+    async def reader(chunk: list[tuple[Path, bytes]]) -> None:
+        for path, data in chunk:
+            assert await aionative.read_bytes(path) == data
+
+    # 10 readers: the budget runs out on the way, and the readers wait a turn, not the queue
+    await asyncio.gather(*[reader(files[i::10]) for i in range(10)])
+    assert delta(before, "submitted") == 0
+    assert delta(before, "inline_hits") == 50
+    assert _fds() == fds
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("case", ["cold", "large", "proc", "devnull", "missing", "directory",
+                                  "nul", "relative"])
+async def test_read_bytes_without_the_fast_path_is_unchanged(native_backend: str,
+                                                             tmp_path: Path, case: str,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Whatever cannot be read inline — not cached, over 1 MiB, not a regular file on a local
+    filesystem, an error — gets exactly what pathlib's read_bytes gets, with no descriptor
+    left open."""
+    path: Path | str
+    if case == "cold":
+        fd, _ = cold_file(tmp_path / "c", 200_000)
+        os.close(fd)
+        path = tmp_path / "c"
+    elif case == "large":
+        fd, _ = hot_file(tmp_path / "l", (1 << 20) + 10)
+        os.close(fd)
+        path = tmp_path / "l"
+    elif case == "proc":
+        path = "/proc/self/cmdline"   # regular, size 0, no RWF_NOWAIT: opened inline, handed on
+    elif case == "devnull":
+        path = "/dev/null"
+    elif case == "missing":
+        path = tmp_path / "nope"
+    elif case == "directory":
+        path = tmp_path
+    elif case == "nul":
+        path = str(tmp_path / "a\0b")
+    else:
+        hot_file(tmp_path / "r", 10)
+        monkeypatch.chdir(tmp_path)
+        path = "r"
+    try:
+        expected: Any = Path(path).read_bytes()
+    except (OSError, ValueError) as exc:
+        expected = (type(exc), getattr(exc, "errno", None), getattr(exc, "filename", None))
+    fds = _fds()
+    try:
+        got: Any = await aionative.read_bytes(path)
+    except (OSError, ValueError) as exc:
+        got = (type(exc), getattr(exc, "errno", None), getattr(exc, "filename", None))
+    assert got == expected
+    assert _fds() == fds

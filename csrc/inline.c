@@ -1,0 +1,161 @@
+/* The inline fast path: work the kernel can do without blocking, done inside the call on the
+ * loop's thread instead of through the kernel queue, and the cooperative budget that bounds
+ * it. Page-cache reads (preadv2 RWF_NOWAIT) and whole small files (openat2 RESOLVE_CACHED,
+ * fstat, the read, close). Whatever cannot be done this way goes to the queue unchanged.
+ */
+#include "engine.h"  /* Python.h first: it defines _GNU_SOURCE */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* 1 if this loop iteration's budget still allows inline work, 0 if not, -1 on error. */
+int inline_budget_ok(engine_t *e)
+{
+    if (!e->budget_ns || e->budget_spent)
+        return 0;
+    uint64_t now = mono_ns();
+    if (!e->window_start) {
+        /* The flush runs on the next iteration, after the loop has polled: it reopens the
+         * window, so the budget is per iteration however the loop gets there. */
+        if (engine_schedule_flush(e) < 0)
+            return -1;
+        e->window_start = now;
+    } else if (now - e->window_start >= e->budget_ns) {
+        e->budget_spent = 1;
+        e->st.budget_exhausted++;
+        return 0;
+    }
+    return 1;
+}
+
+/* 1 if a read on `fd` may be tried inline now, 0 if it goes to the kernel queue, -1 on error.
+ * Not once the budget is spent, and not on an O_DIRECT descriptor: RWF_NOWAIT keeps a
+ * buffered read off the disk, but a direct read still waits for it. A descriptor whose flags
+ * cannot be read goes to the kernel queue, which reports its error as before. */
+int inline_allowed(engine_t *e, int fd)
+{
+    int ok = inline_budget_ok(e);
+    if (ok <= 0)
+        return ok;
+    e->st.syscalls++;
+    int fl = fcntl(fd, F_GETFL);
+    return fl >= 0 && !(fl & O_DIRECT);
+}
+
+/* Read buf[0..len) at `off` from the page cache without blocking. 1: the read is complete
+ * (*got bytes, short only at end of file); 0: the rest must go to the kernel queue (*got
+ * bytes are already in buf). Any failure, EAGAIN (not cached) or otherwise, means the kernel
+ * queue: it waits for the data or reports the error exactly as without the fast path. */
+int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint64_t *got)
+{
+    uint64_t done = 0;
+    for (;;) {
+        struct iovec iov = {buf + done, (size_t)(len - done)};  /* len <= INLINE_MAX */
+        e->st.syscalls++;
+        ssize_t n = fault_hit(FP_INLINE) ? -1 : preadv2(fd, &iov, 1, off + (int64_t)done,
+                                                        RWF_NOWAIT);
+        if (n < 0)
+            break;
+        done += (uint64_t)n;
+        if (n == 0 || done == len) {
+            *got = done;
+            e->st.inline_hits++;
+            return 1;
+        }
+    }
+    *got = done;
+    e->st.inline_misses++;
+    return 0;
+}
+
+/* Filesystems whose close(2) of a file opened read-only never waits: no ->flush method
+ * (io_uring sends a close to a worker when the file has one: NFS, FUSE, CIFS, overlayfs). */
+static int local_fs(int fd)
+{
+    static const long known[] = {EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC,
+                                 TMPFS_MAGIC, F2FS_SUPER_MAGIC, RAMFS_MAGIC};
+    struct statfs sf;
+    if (fstatfs(fd, &sf) < 0)
+        return 0;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if ((long)sf.f_type == known[i])
+            return 1;
+    return 0;
+}
+
+/* Give the caller a descriptor opened here, as the kernel queue's openat would have: with
+ * O_NONBLOCK cleared (io_uring opens inline with it and clears it the same way). */
+static PyObject *handoff(engine_t *e, int fd)
+{
+    e->st.syscalls++;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0 && !(fl & O_NONBLOCK))
+        return PyLong_FromLong(fd);
+    e->st.syscalls++;
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        close(fd);
+        return NULL;
+    }
+    PyObject *r = PyLong_FromLong(fd);
+    if (!r)
+        close(fd);
+    return r;
+}
+
+PyObject *inline_read_file(engine_t *e, int dirfd, const char *path)
+{
+    if (!e->budget_ns)
+        Py_RETURN_NONE;
+    int ok = inline_budget_ok(e);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_False);
+    /* Only when every path component is in the dentry cache; O_NONBLOCK so that a FIFO or a
+     * device cannot make the open itself wait. */
+    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+                           .resolve = RESOLVE_CACHED};
+    e->st.syscalls++;
+    int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    if (fd < 0) {
+        e->st.inline_misses++;
+        Py_RETURN_NONE;  /* not cached, an error, or no openat2 (< 5.6): the queue decides */
+    }
+    struct stat st;
+    e->st.syscalls += 2;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size >= INLINE_MAX ||
+        !local_fs(fd))
+        return handoff(e, fd);
+    /* One byte more than the size: a short read proves the end of the file. */
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, st.st_size + 1);
+    if (!bytes) {
+        close(fd);
+        return NULL;
+    }
+    uint64_t got = 0;
+    if (!inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)st.st_size + 1, 0, &got) ||
+        got > (uint64_t)st.st_size) {
+        Py_DECREF(bytes);  /* not all cached, or the file grew: the caller reads it */
+        return handoff(e, fd);
+    }
+    e->st.syscalls++;
+    close(fd);
+    if (_PyBytes_Resize(&bytes, (Py_ssize_t)got) < 0)
+        return NULL;
+    return bytes;
+}
