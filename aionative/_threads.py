@@ -197,6 +197,8 @@ class ThreadsEngine:
             if n >= 0:
                 del buf[n:]
                 return bytes(buf)
+        elif size <= INLINE_MAX and self._spent:
+            return self._next_turn(self.read, fd, size, offset)
         return self._submit(_pread, fd, size, offset)
 
     def readinto(self, fd: int, buffer: Any, offset: int) -> int | asyncio.Future[int]:
@@ -212,7 +214,45 @@ class ThreadsEngine:
             n = self._inline_into(fd, view, offset)
             if n >= 0:
                 return n
+        elif len(view) <= INLINE_MAX and self._spent:
+            return self._next_turn(self.readinto, fd, view, offset)
         return self._submit(_preadinto, fd, view, offset)
+
+    def _next_turn(self, method: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """The budget is spent: try again on the loop's next iteration (when ``_reopen``, which
+        was scheduled before, has renewed it) rather than hand the read to a worker — a thread
+        hop costs tens of microseconds and the GIL, a turn of the loop a few."""
+        loop = self._loop_ref()
+        if loop is None or self._closed:
+            raise RuntimeError("aionative: engine is closed")
+        fut: asyncio.Future[Any] = loop.create_future()
+        loop.call_soon(self._retry, fut, method, args)
+        return fut
+
+    def _retry(self, fut: asyncio.Future[Any], method: Callable[..., Any],
+               args: tuple[Any, ...]) -> None:
+        if fut.done():  # cancelled meanwhile
+            return
+        try:
+            res = method(*args)
+        except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting task
+            fut.set_exception(exc)
+            return
+        if not isinstance(res, asyncio.Future):
+            fut.set_result(res)
+            return
+
+        def relay(done: asyncio.Future[Any]) -> None:
+            if fut.done():
+                return
+            if done.cancelled():
+                fut.cancel()
+            elif (exc := done.exception()) is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(done.result())
+
+        res.add_done_callback(relay)
 
     def preadinto(self, fd: int, buffer: Any, offset: int) -> asyncio.Future[int]:
         fd, offset = index(fd), index(offset)

@@ -378,3 +378,26 @@ async def test_read_bytes_without_the_fast_path_is_unchanged(native_backend: str
         got = (type(exc), getattr(exc, "errno", None), getattr(exc, "filename", None))
     assert got == expected
     assert _fds() == fds
+
+
+@pytest.mark.asyncio
+async def test_threads_backend_waits_a_turn_rather_than_a_worker(tmp_path: Path) -> None:
+    """On the thread-pool backend, a hot read refused by a spent budget retries on the next
+    loop iteration instead of paying a thread hop: no read reaches a worker."""
+    aionative.set_default_backend("threads")
+    try:
+        fd, data = hot_file(tmp_path / "f")
+        before = aionative.engine_stats()
+
+        async def reader(k: int) -> None:
+            for i in range(500):
+                off = ((k * 500 + i) % 256) * 4096
+                assert await aionative.pread(fd, 4096, off) == data[off:off + 4096]
+
+        await asyncio.gather(*[reader(k) for k in range(8)])
+        assert delta(before, "budget_exhausted") > 0   # the budget did run out, repeatedly
+        assert delta(before, "inline_hits") == 4000
+        assert delta(before, "submitted") == 0
+        os.close(fd)
+    finally:
+        aionative.set_default_backend(None)
