@@ -899,6 +899,8 @@ static PyObject *Engine_supports(engine_t *e, PyObject *name)
 
 /* ---------------------------------------------------------------- cancellation */
 
+static PyObject *Engine_flush(engine_t *e, PyObject *unused);
+
 static uint32_t engine_find(engine_t *e, PyObject *fut)
 {
     for (uint32_t b = 0; b < e->nblocks; b++)
@@ -952,9 +954,16 @@ static PyObject *Engine_cancel(engine_t *e, PyObject *fut)
     if (idx == OP_NONE)
         Py_RETURN_FALSE;
     engine_abandon(e, idx);
-    /* The cancel request (io_uring) goes out with the iteration's batch. */
-    if (e->in_kernel && engine_schedule_flush(e) < 0)
-        return NULL;
+    /* Submit now, not with the iteration's batch: an operation prepared but not yet submitted
+     * names its descriptor by number only, and the caller may close that number as soon as
+     * this returns — a number that accept() or open() may hand out again at once. Once
+     * submitted, the kernel holds the file itself. The cancel request goes out too. */
+    if (e->in_kernel) {
+        PyObject *r = Engine_flush(e, NULL);
+        if (!r)
+            return NULL;
+        Py_DECREF(r);
+    }
     Py_RETURN_TRUE;
 }
 

@@ -119,3 +119,33 @@ async def test_descriptor_closed_under_an_inflight_read(native_backend: str,
             assert got == data   # the right bytes, not /dev/null's
         finally:
             os.close(other)
+
+
+async def test_a_cancelled_queued_read_never_reads_a_reused_descriptor(
+        native_backend: str, ring_only: None, tmp_path: Path) -> None:
+    """An operation in the submission queue names its descriptor by number until it is
+    submitted. Cancelling it submits it at once, so closing the descriptor right after the
+    cancel — and the number coming back as a socket — cannot make it read the socket."""
+    import socket
+
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 8192)
+    for _ in range(20):
+        fd = os.open(path, os.O_RDONLY)
+        eng = aionative.get_engine()
+        fut = eng.pread(fd, 4096, 0)   # queued; the iteration's flush has not run yet
+        assert eng.cancel(fut)
+        os.close(fd)
+        a, b = socket.socketpair()
+        try:
+            if a.fileno() != fd:
+                continue                # the number went elsewhere: nothing to show this time
+            b.sendall(b"secret")
+            await asyncio.sleep(0.01)   # the flush and any completion run
+            a.setblocking(False)
+            assert a.recv(100) == b"secret"
+        finally:
+            a.close()
+            b.close()
+        return
+    pytest.skip("the closed descriptor's number was never reused by socketpair()")
