@@ -1,0 +1,293 @@
+"""FastAPI helpers served by the engine: file dependencies, uploads, streams, the lifespan.
+
+* :func:`opened_file` — a dependency yielding an ``aionative.open`` file for a path (fixed, or
+  computed from the request by a function whose parameters FastAPI resolves), closed after the
+  response has been sent.
+* :func:`save_upload` — stream an ``UploadFile`` to disk: a spooled upload still in memory is
+  one write; one rolled to disk is copied descriptor to descriptor with ``pread``/``pwrite``,
+  a read in flight while the previous chunk is written, and no worker thread per chunk.
+* :func:`stream_file` — an async iterator of a file's chunks (read one ahead) for
+  ``StreamingResponse``.
+* :data:`lifespan` / :func:`engine_lifespan` — create the engine at startup, drain and close it
+  at shutdown (around your own lifespan, if you have one).
+* ``FileResponse`` and ``StaticFiles`` from :mod:`aionative.starlette`, re-exported.
+
+Needs ``fastapi`` (``pip install aionative[fastapi]``); ``import aionative`` does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import io
+import os
+import stat
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TypeAlias
+
+from fastapi import HTTPException, UploadFile
+
+from . import _kernelops as _k
+from ._engine import EngineLike, close_engine, get_engine
+from ._files import AsyncBase
+from ._open import open_file
+from .starlette import FileResponse, StaticFiles, _settle
+
+__all__ = [
+    "FileResponse",
+    "StaticFiles",
+    "engine_lifespan",
+    "lifespan",
+    "opened_file",
+    "save_upload",
+    "stream_file",
+]
+
+StrPath: TypeAlias = "str | os.PathLike[str]"
+Lifespan: TypeAlias = Callable[[Any], AbstractAsyncContextManager[Any]]
+
+
+# ---------------------------------------------------------------- the opened-file dependency
+
+
+def opened_file(path: StrPath | Callable[..., Any], mode: str = "rb", *, buffering: int = -1,
+                encoding: str | None = None, errors: str | None = None,
+                newline: str | None = None, missing_status: int | None = 404
+                ) -> Callable[..., AsyncIterator[AsyncBase[Any]]]:
+    """A FastAPI dependency that yields ``await aionative.open(path, mode, ...)`` and closes the
+    file once the response has been sent (FastAPI runs the rest of a ``yield`` dependency
+    then), so a ``StreamingResponse`` may still read from it.
+
+    ``path`` is a path, or a function (sync or async) returning one: its parameters are the
+    dependency's, so FastAPI fills them from the request — path and query parameters, headers,
+    other dependencies::
+
+        def log_path(name: str) -> Path:           # `name` is the path parameter
+            return LOGS / f"{name}.log"
+
+        @app.get("/logs/{name}")
+        async def head(f: Annotated[AsyncBufferedReader, Depends(opened_file(log_path))]):
+            return Response(await f.read(4096))
+
+    A file that does not exist (or is a directory) becomes ``HTTPException(missing_status)``
+    — 404 by default; ``missing_status=None`` lets the ``OSError`` through.
+    """
+    resolver = path if callable(path) else None
+    fixed = None if callable(path) else path
+
+    async def dependency(*args: Any, **kwargs: Any) -> AsyncIterator[AsyncBase[Any]]:
+        if resolver is None:
+            target: Any = fixed
+        else:
+            target = resolver(*args, **kwargs)
+            if inspect.isawaitable(target):
+                target = await target
+        try:
+            f = await open_file(target, mode, buffering, encoding, errors, newline)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            if missing_status is None:
+                raise
+            raise HTTPException(status_code=missing_status) from exc
+        try:
+            yield f
+        finally:
+            await f.close()
+
+    if resolver is not None:
+        # FastAPI reads the parameters (and resolves string annotations in the function's own
+        # module) through __wrapped__, and sees an async generator in `dependency` itself.
+        dependency.__wrapped__ = resolver  # type: ignore[attr-defined]
+        dependency.__name__ = getattr(resolver, "__name__", "opened_file")
+    else:
+        dependency.__signature__ = inspect.Signature()  # type: ignore[attr-defined]
+    return dependency
+
+
+# ---------------------------------------------------------------- uploads
+
+
+async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: int = 1 << 20,
+                      fsync: bool = False) -> int:
+    """Write what is left of ``upload`` (from its current position) to ``destination``
+    (created or truncated) through the engine; returns the number of bytes written and leaves
+    the upload positioned at its end.
+
+    Starlette spools uploads in memory up to 1 MiB, then on disk: an in-memory upload is one
+    write; one on disk is copied descriptor to descriptor, ``chunk_size`` at a time, the next
+    read in flight while a chunk is written — no worker-thread hop per chunk, where
+    ``await upload.read(n)`` makes one per call. Any other file object is read with
+    ``upload.read``. On an error the partial ``destination`` is removed. ``fsync=True`` makes
+    the data durable before returning.
+    """
+    if chunk_size <= 0:
+        raise ValueError("chunk_size must be positive")
+    eng = get_engine()
+    out = await _k.open_fd(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    try:
+        written = await _copy_upload(eng, upload, out, chunk_size)
+        if fsync:
+            await _fsync(eng, out)
+    except BaseException:
+        os.close(out)  # inline: every operation on it is over, and nothing here may be cancelled
+        try:
+            await _k.unlink(destination)
+        except OSError:
+            pass
+        raise
+    await _k.close_fd(out)
+    return written
+
+
+async def _fsync(eng: EngineLike, fd: int) -> None:
+    fut = eng.fsync(fd)
+    try:
+        await asyncio.shield(fut)
+    finally:
+        await _settle(fut)
+
+
+def _source_fd(file: Any) -> int | None:
+    """The descriptor of an upload spooled to disk (a regular file), else None."""
+    if getattr(file, "_rolled", True) is False or isinstance(file, io.BytesIO):
+        return None  # in memory: SpooledTemporaryFile.fileno() would roll it over to disk
+    try:
+        fd = file.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    if not isinstance(fd, int) or not stat.S_ISREG(os.fstat(fd).st_mode):
+        return None
+    return fd
+
+
+async def _copy_upload(eng: EngineLike, upload: UploadFile, out: int, chunk_size: int) -> int:
+    file = upload.file
+    in_memory = getattr(file, "_rolled", True) is False or isinstance(file, io.BytesIO)
+    if in_memory:
+        data = file.read()  # a memory copy, no system call
+        return await _write_all(eng, out, data, 0) if data else 0
+    src = _source_fd(file)
+    if src is None:
+        done = 0
+        while chunk := await upload.read(chunk_size):
+            done += await _write_all(eng, out, chunk, done)
+        return done
+    file.flush()  # writes still in the file object's buffer (none after Starlette's seek(0))
+    start = file.tell()
+    done = await _copy_fd(eng, src, start, out, chunk_size)
+    file.seek(start + done)
+    return done
+
+
+async def _write_all(eng: EngineLike, fd: int, data: bytes, offset: int) -> int:
+    fut = eng.pwrite(fd, data, offset)
+    try:
+        return await asyncio.shield(fut)
+    finally:
+        await _settle(fut)
+
+
+async def _copy_fd(eng: EngineLike, src: int, offset: int, dst: int, chunk: int) -> int:
+    """Copy ``src`` from ``offset`` to its end into ``dst`` from 0: one read and one write in
+    flight. Every operation is over before this returns or raises (``dst`` may be closed)."""
+    done = 0
+    reading: asyncio.Future[bytes] | None = eng.pread(src, chunk, offset)
+    writing: asyncio.Future[int] | None = None
+    try:
+        while reading is not None:
+            data = await asyncio.shield(reading)
+            reading = None
+            if writing is not None:
+                await asyncio.shield(writing)
+                writing = None
+            if not data:
+                break
+            writing = eng.pwrite(dst, data, done)
+            done += len(data)
+            if len(data) == chunk:
+                reading = eng.pread(src, chunk, offset + done)
+        if writing is not None:
+            await asyncio.shield(writing)
+            writing = None
+    finally:
+        for fut in (reading, writing):
+            if fut is not None:
+                await _settle(fut)
+    return done
+
+
+# ---------------------------------------------------------------- streaming
+
+
+async def stream_file(path: StrPath, *, chunk_size: int = 64 * 1024, start: int = 0,
+                      end: int | None = None) -> AsyncIterator[bytes]:
+    """The bytes of ``path`` from ``start`` to ``end`` (exclusive; default: its end of file
+    when reached), in chunks of ``chunk_size``, each read issued while the previous chunk is
+    being consumed. For ``StreamingResponse(stream_file(path), media_type=...)``. The file is
+    opened when iteration starts and closed when it ends, fails or is closed early."""
+    if chunk_size <= 0:
+        raise ValueError("chunk_size must be positive")
+    if start < 0 or (end is not None and end < start):
+        raise ValueError("need 0 <= start <= end")
+    eng = get_engine()
+    fd = await _k.open_fd(path, os.O_RDONLY)
+    pending: asyncio.Future[bytes] | None = None
+    try:
+        offset = start
+
+        def want(at: int) -> int:
+            return chunk_size if end is None else min(chunk_size, end - at)
+
+        size = want(offset)
+        if size <= 0:
+            return
+        pending = eng.pread(fd, size, offset)
+        while True:
+            data = await asyncio.shield(pending)
+            pending = None
+            offset += len(data)
+            nxt = want(offset)
+            if len(data) == size and nxt > 0:
+                pending = eng.pread(fd, nxt, offset)
+            if data:
+                yield data
+            if pending is None:
+                return
+            size = nxt
+    finally:
+        if pending is not None:
+            await _settle(pending)
+        os.close(fd)  # inline: a read-only descriptor, nothing to flush
+
+
+# ---------------------------------------------------------------- lifespan
+
+
+def engine_lifespan(inner: Lifespan | None = None, *, backend: str | None = None) -> Lifespan:
+    """A lifespan that creates the running loop's engine at startup (so a backend problem shows
+    at boot, not on the first request) and drains and closes it at shutdown, around ``inner``
+    (your own lifespan, whose state it passes on)::
+
+        app = FastAPI(lifespan=engine_lifespan(my_lifespan))
+
+    ``backend`` asks for one (``io_uring``, ``linux_aio``, ``threads``); by default the best
+    available, as ``aionative.get_engine()`` chooses.
+    """
+
+    @asynccontextmanager
+    async def run(app: Any) -> AsyncIterator[Any]:
+        get_engine(backend)
+        try:
+            if inner is None:
+                yield None
+            else:
+                async with inner(app) as state:
+                    yield state
+        finally:
+            close_engine()
+
+    return run
+
+
+#: ``FastAPI(lifespan=lifespan)``: :func:`engine_lifespan` with no lifespan of yours.
+lifespan: Lifespan = engine_lifespan()

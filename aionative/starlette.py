@@ -1,0 +1,737 @@
+"""Starlette's ``FileResponse`` and ``StaticFiles``, served by the engine.
+
+``FileResponse`` takes Starlette's constructor and sends what Starlette's sends (status, headers,
+bytes, the ``multipart/byteranges`` layout), with the file opened, stat-ed and read by the loop's
+engine instead of a worker thread per call: on io_uring ``openat`` and ``statx`` are kernel
+operations, the body is read with ``pread`` one chunk ahead of the chunk being sent. Beyond
+Starlette it answers ``If-None-Match``/``If-Modified-Since`` with 304 itself, sends exactly the
+``Content-Length`` it announced when the file grows meanwhile, and rejects a ``Range`` header of
+more than ``max_ranges`` ranges with 416 (RFC 9110 §15.5.17) where Starlette sends the whole
+file. ``StaticFiles`` is Starlette's, with the lookup done by the engine: the file is opened
+first and the path it actually resolved to (``/proc/self/fd``) is checked against the directory,
+so no symlink swapped in between a check and the open can lead outside it.
+
+Needs ``starlette`` (``pip install aionative[starlette]``); ``import aionative`` does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from email.utils import parsedate_tz
+from secrets import token_hex
+from typing import Any
+
+from starlette.background import BackgroundTask
+from starlette.datastructures import URL, Headers, MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.responses import FileResponse as _StarletteFileResponse
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.staticfiles import NotModifiedResponse
+from starlette.staticfiles import StaticFiles as _StarletteStaticFiles
+from starlette.types import Message, Receive, Scope, Send
+
+from . import _kernelops as _k
+from ._engine import EngineLike, get_engine
+from ._threads import ThreadsEngine
+
+__all__ = ["FileResponse", "StaticFiles"]
+
+PathLike = str | os.PathLike[str]
+
+_FD_DIR = "/proc/self/fd/"
+
+
+# ---------------------------------------------------------------- opening and stat-ing
+
+
+def _native(eng: EngineLike, *ops: str) -> bool:
+    return not isinstance(eng, ThreadsEngine) and all(eng.supports(op) for op in ops)
+
+
+def _open_stat_blocking(path: str) -> tuple[int, os.stat_result]:
+    """Open and fstat in one worker call (backends without a kernel ``openat``). O_NONBLOCK
+    keeps a FIFO from holding the worker until a writer comes; it is cleared on a regular
+    file."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):
+            fcntl.fcntl(fd, fcntl.F_SETFL, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _close_result(fut: asyncio.Future[tuple[int, os.stat_result]]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        os.close(fut.result()[0])
+
+
+async def _in_worker(fn: Callable[..., tuple[int, os.stat_result]], *args: Any
+                     ) -> tuple[int, os.stat_result]:
+    """Run a blocking open in the loop's executor; a descriptor that arrives for a cancelled
+    caller is closed, not leaked."""
+    fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(_close_result)
+        raise
+
+
+async def _open_stat(eng: EngineLike, path: str) -> tuple[int, os.stat_result]:
+    """Open ``path`` read-only and stat the descriptor: the headers describe the file read."""
+    if not _native(eng, "openat"):
+        return await _in_worker(_open_stat_blocking, path)
+    # io_uring's openat tries O_NONBLOCK first, so a FIFO without a writer never blocks it.
+    fd = await _k.open_fd(path, os.O_RDONLY)
+    try:
+        # Inline, not io_uring's statx: that always runs in an io-wq worker (REQ_F_FORCE_ASYNC),
+        # which cost a quarter of the 4 KiB throughput and 2-3 kernel threads, while fstat of a
+        # descriptor just opened does no I/O (its inode is pinned; NFS revalidated it at open).
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+async def _open(eng: EngineLike, path: str) -> int:
+    """Open a file whose stat the caller already has."""
+    if not _native(eng, "openat"):
+        return (await _in_worker(_open_stat_blocking, path))[0]
+    return await _k.open_fd(path, os.O_RDONLY)
+
+
+async def _settle(fut: asyncio.Future[Any]) -> None:
+    """Wait until an engine operation is over (whatever happens to the waiting task), so its
+    descriptor can be closed: a read still queued for the kernel names the descriptor by
+    number, and a number closed and reused meanwhile would be read instead."""
+    cancelled = False
+    while not fut.done():
+        try:
+            await asyncio.wait((fut,))
+        except asyncio.CancelledError:
+            cancelled = True
+    if not fut.cancelled():
+        fut.exception()
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+# ---------------------------------------------------------------- request headers
+
+
+def _request_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
+    """The first ``Range``, ``If-Range``, ``If-None-Match`` and ``If-Modified-Since`` (what
+    ``Headers.get`` returns), in one pass over the raw list."""
+    rng = if_range = inm = ims = None
+    for key, value in scope.get("headers", ()):
+        if key == b"range":
+            if rng is None:
+                rng = value.decode("latin-1")
+        elif key == b"if-range":
+            if if_range is None:
+                if_range = value.decode("latin-1")
+        elif key == b"if-none-match":
+            if inm is None:
+                inm = value.decode("latin-1")
+        elif key == b"if-modified-since" and ims is None:
+            ims = value.decode("latin-1")
+    return rng, if_range, inm, ims
+
+
+def _http_date(value: str) -> int | None:
+    """Seconds since the epoch of an HTTP date (any zone), or None if it is not one."""
+    parts = parsedate_tz(value)
+    if parts is None:
+        return None
+    return calendar.timegm(parts[:6]) - (parts[9] or 0)
+
+
+class _Malformed(Exception):
+    def __init__(self, content: str = "Malformed range header.") -> None:
+        super().__init__(content)
+        self.content = content
+
+
+class _Unsatisfiable(Exception):
+    pass
+
+
+def _number(text: str) -> int | None:
+    # RFC 9110's 1*DIGIT: no sign, underscore or non-ASCII digit, all of which int() accepts.
+    if text.isascii() and text.isdigit():
+        try:
+            return int(text)
+        except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
+            return None
+    return None
+
+
+def _parse_range(value: str, size: int, max_ranges: int) -> list[tuple[int, int]]:
+    """The ``[start, end)`` byte ranges a ``Range`` header asks of a ``size``-byte file, sorted
+    and merged when there are several — Starlette's rules, in time linear in the header's
+    length. Raises ``_Malformed`` (400) or ``_Unsatisfiable`` (416)."""
+    units, sep, spec = value.partition("=")
+    if not sep:
+        raise _Malformed
+    if units.strip().lower() != "bytes":
+        raise _Malformed("Only support bytes range")
+    if spec.count(",") >= max_ranges:
+        raise _Unsatisfiable  # an excessive number of ranges (RFC 9110 §15.5.17)
+    ranges: list[tuple[int, int]] = []
+    for part in spec.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not dash:
+            continue
+        first, last = first.strip(), last.strip()
+        if first:
+            start = _number(first)
+            stop = _number(last) if last else None
+            if start is None or (last and stop is None):
+                continue
+            end = stop + 1 if stop is not None and stop < size else size
+        else:
+            suffix = _number(last) if last else None
+            if suffix is None:
+                continue
+            start, end = max(size - suffix, 0), size
+        ranges.append((start, end))
+    if not ranges:
+        raise _Malformed("Range header: range must be requested")
+    if any(not 0 <= start < size for start, _ in ranges):
+        raise _Unsatisfiable
+    if any(start >= end for start, end in ranges):
+        raise _Malformed("Range header: start must be less than end")
+    if len(ranges) == 1:
+        return ranges
+    ranges.sort()
+    merged = [ranges[0]]
+    for start, end in ranges[1:]:
+        last_start, last_end = merged[-1]
+        if start <= last_end:
+            merged[-1] = (last_start, max(last_end, end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+# ---------------------------------------------------------------- the response
+
+
+class _Transfer:
+    """One response's descriptor and the read the engine may still be doing on it."""
+
+    __slots__ = ("eng", "fd", "pending")
+
+    def __init__(self, eng: EngineLike, fd: int) -> None:
+        self.eng = eng
+        self.fd = fd
+        self.pending: asyncio.Future[bytes] | None = None
+
+    async def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        try:
+            if self.pending is not None:
+                await _settle(self.pending)
+        finally:
+            self.pending = None
+            if fd >= 0:
+                # Inline: the last reference to a file opened read-only; nothing is flushed.
+                os.close(fd)
+
+
+class FileResponse(_StarletteFileResponse):
+    """``starlette.responses.FileResponse``, served by the engine.
+
+    The same constructor (``method=`` is accepted, as Starlette < 1.0 did: ``"HEAD"`` sends the
+    headers only). Differences from Starlette, all deliberate, are listed in ``docs/web.md``.
+    """
+
+    chunk_size = 64 * 1024
+    max_ranges = 100
+
+    def __init__(
+        self,
+        path: PathLike,
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+        background: BackgroundTask | None = None,
+        filename: str | None = None,
+        stat_result: os.stat_result | None = None,
+        content_disposition_type: str = "attachment",
+        *,
+        method: str | None = None,
+    ) -> None:
+        self._fd = -1  # a descriptor StaticFiles opened for this response
+        super().__init__(path, status_code=status_code, headers=headers, media_type=media_type,
+                         background=background, filename=filename, stat_result=stat_result,
+                         content_disposition_type=content_disposition_type)
+        self.send_header_only = method is not None and method.upper() == "HEAD"
+
+    def _adopt(self, fd: int) -> None:
+        """Serve from ``fd`` (already open on the file ``stat_result`` describes)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = fd
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:  # a response built and never sent
+            os.close(self._fd)
+            self._fd = -1
+
+    def _should_use_range(self, http_if_range: str) -> bool:
+        if http_if_range.startswith("W/"):
+            return False
+        return http_if_range in (self.headers.get("last-modified"), self.headers.get("etag"))
+
+    def _not_modified(self, if_none_match: str | None, if_modified_since: str | None) -> bool:
+        """RFC 9110 §13.1.2–3: ``If-None-Match`` (weak comparison) decides when present, else
+        ``If-Modified-Since`` against ``Last-Modified`` (any zone; invalid dates ignored)."""
+        if if_none_match:
+            if if_none_match.strip() == "*":
+                return True
+            etag = self.headers.get("etag")
+            if etag is None:
+                return False
+            return etag.removeprefix("W/") in [tag.strip().removeprefix("W/")
+                                               for tag in if_none_match.split(",")]
+        if if_modified_since:
+            since = _http_date(if_modified_since)
+            modified = _http_date(self.headers.get("last-modified", ""))
+            return since is not None and modified is not None and modified <= since
+        return False
+
+    def _multipart(self, ranges: list[tuple[int, int]], size: int
+                   ) -> tuple[str, int, list[tuple[bytes, int, int]], bytes]:
+        boundary = token_hex(13)
+        content_type = self.headers["content-type"]
+        pieces = []
+        length = 0
+        for i, (start, end) in enumerate(ranges):
+            head = (f"{'' if i == 0 else chr(13) + chr(10)}--{boundary}\r\n"
+                    f"Content-Type: {content_type}\r\n"
+                    f"Content-Range: bytes {start}-{end - 1}/{size}\r\n\r\n").encode("latin-1")
+            pieces.append((head, start, end))
+            length += len(head) + end - start
+        tail = f"\r\n--{boundary}--".encode("latin-1")
+        return boundary, length + len(tail), pieces, tail
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope_type = scope["type"]
+        is_http = scope_type == "http"
+        method = scope["method"].upper() if is_http else "GET"
+        header_only = self.send_header_only or (is_http and method == "HEAD")
+        pathsend = is_http and "http.response.pathsend" in (scope.get("extensions") or {})
+        if scope_type == "websocket":
+            send = self._websocket_send(send)
+        rng, if_range, inm, ims = _request_headers(scope)
+        eng = get_engine()
+        transfer = _Transfer(eng, self._fd)
+        self._fd = -1
+        try:
+            await self._respond(scope, receive, send, transfer, is_http, method, header_only,
+                                pathsend, rng, if_range, inm, ims)
+        finally:
+            await transfer.close()
+        if self.background is not None:
+            await self.background()
+
+    def _websocket_send(self, send: Send) -> Send:
+        wrap: Callable[[Send], Send] | None = getattr(self, "_wrap_websocket_denial_send", None)
+        return send if wrap is None else wrap(send)
+
+    async def _respond(self, scope: Scope, receive: Receive, send: Send, transfer: _Transfer,
+                       is_http: bool, method: str, header_only: bool, pathsend: bool,
+                       rng: str | None, if_range: str | None, inm: str | None, ims: str | None
+                       ) -> None:
+        st = self.stat_result
+        if st is None:
+            # A GET that will read the body opens first and stats the descriptor; a HEAD, a
+            # conditional request or a path handed to the server only needs the path's stat.
+            opens = not header_only and not inm and not ims and not (pathsend and rng is None)
+            try:
+                if opens:
+                    transfer.fd, st = await _open_stat(transfer.eng, os.fspath(self.path))
+                else:
+                    st = await _k.stat(self.path)
+            except FileNotFoundError:
+                raise RuntimeError(f"File at path {self.path} does not exist.") from None
+            if not stat.S_ISREG(st.st_mode):
+                raise RuntimeError(f"File at path {self.path} is not a file.")
+            self.set_stat_headers(st)
+        size = st.st_size
+
+        if (is_http and self.status_code == 200 and method in ("GET", "HEAD") and (inm or ims)
+                and self._not_modified(inm, ims)):
+            return await NotModifiedResponse(self.headers)(scope, receive, send)
+
+        if (self.status_code != 200 or rng is None or method not in ("GET", "HEAD")
+                or (if_range is not None and not self._should_use_range(if_range))):
+            ranges = None
+        else:
+            try:
+                ranges = _parse_range(rng, size, self.max_ranges)
+            except _Malformed as exc:
+                return await PlainTextResponse(exc.content, status_code=400)(scope, receive, send)
+            except _Unsatisfiable:
+                response = PlainTextResponse(status_code=416,
+                                             headers={"Content-Range": f"bytes */{size}"})
+                return await response(scope, receive, send)
+
+        headers = self.raw_headers
+        tail = b""
+        if ranges is None:
+            pieces = [(b"", 0, size)]
+        elif len(ranges) == 1:
+            start, end = ranges[0]
+            mutable = MutableHeaders(raw=list(self.raw_headers))
+            mutable["content-range"] = f"bytes {start}-{end - 1}/{size}"
+            mutable["content-length"] = str(end - start)
+            headers = mutable.raw
+            pieces = [(b"", start, end)]
+            pathsend = False
+        else:
+            boundary, length, pieces, tail = self._multipart(ranges, size)
+            mutable = MutableHeaders(raw=list(self.raw_headers))
+            mutable["content-type"] = f"multipart/byteranges; boundary={boundary}"
+            mutable["content-length"] = str(length)
+            headers = mutable.raw
+            pathsend = False
+        start_message: Message = {"type": "http.response.start",
+                                  "status": 206 if ranges else self.status_code,
+                                  "headers": headers}
+        if header_only or size == 0 or (pathsend and ranges is None):
+            await send(start_message)
+            if pathsend and not header_only:
+                await send({"type": "http.response.pathsend", "path": str(self.path)})
+            else:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        if transfer.fd < 0:
+            transfer.fd = await _open(transfer.eng, os.fspath(self.path))
+        body = self._send_body(send, transfer, start_message, pieces, tail)
+        spec = scope.get("asgi", {}).get("spec_version", "2.0")
+        if (not is_http or _spec_at_least_2_4(spec)
+                or (len(pieces) == 1 and pieces[0][2] - pieces[0][1] <= self.chunk_size)):
+            # A one-read body has nothing to stop early; from ASGI 2.4 send() raises on a
+            # closed connection. Otherwise the server's disconnect message stops the transfer.
+            await body
+        else:
+            await _until_disconnect(body, receive)
+
+    def _chunks(self, pieces: list[tuple[bytes, int, int]]) -> Iterator[tuple[bytes, int, int]]:
+        chunk = self.chunk_size
+        for prefix, start, end in pieces:
+            yield prefix, start, min(chunk, end - start)
+            for offset in range(start + chunk, end, chunk):
+                yield b"", offset, min(chunk, end - offset)
+
+    async def _send_body(self, send: Send, transfer: _Transfer, start_message: Message,
+                         pieces: list[tuple[bytes, int, int]], tail: bytes) -> None:
+        """Send the start message and the body: each chunk's read is in flight while the
+        previous chunk is being sent; exactly the announced bytes, or an error."""
+        eng, fd = transfer.eng, transfer.fd
+        chunks = self._chunks(pieces)
+        prefix, offset, size = next(chunks)
+        pending = transfer.pending = eng.pread(fd, size, offset)
+        started = False
+        while True:
+            # Shielded: a cancelled task leaves the read to finish, and close() waits for it.
+            data = await asyncio.shield(pending)
+            transfer.pending = None
+            if len(data) != size:
+                raise RuntimeError(f"File at path {self.path} is shorter than expected.")
+            following = next(chunks, None)
+            if following is not None:
+                pending = transfer.pending = eng.pread(fd, following[2], following[1])
+            if not started:
+                await send(start_message)
+                started = True
+            if prefix:
+                data = prefix + data
+            if following is None:
+                await send({"type": "http.response.body", "body": data + tail if tail else data,
+                            "more_body": False})
+                return
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+            prefix, offset, size = following
+
+
+def _spec_at_least_2_4(spec: str) -> bool:
+    try:
+        return tuple(int(p) for p in spec.split(".")[:2]) >= (2, 4)
+    except ValueError:
+        return False
+
+
+async def _until_disconnect(body: Awaitable[None], receive: Receive) -> None:
+    """Run ``body`` in this task while another waits for ``http.disconnect`` (ASGI < 2.4:
+    ``send`` on a closed connection returns silently, so nothing else would stop it)."""
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
+
+    async def watch() -> None:
+        nonlocal gone
+        try:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        except Exception:  # noqa: BLE001 - a server's receive failing is not our response's
+            return
+        gone = True
+        task.cancel()
+
+    watcher = asyncio.get_running_loop().create_task(watch())
+    try:
+        await body
+    except asyncio.CancelledError:
+        # Our own cancellation (the client left) ends the response; anyone else's goes on.
+        if not gone or task.uncancel() > 0:
+            raise
+    finally:
+        watcher.cancel()
+
+
+# ---------------------------------------------------------------- static files
+
+
+def _fd_path(fd: int) -> str | None:
+    """The path the kernel resolved for an open descriptor (no I/O: the dentry is pinned)."""
+    try:
+        return os.readlink(f"{_FD_DIR}{fd}")
+    except OSError:
+        return None
+
+
+def _beneath(path: str, directory: str) -> bool:
+    return os.path.commonpath([path, directory]) == directory
+
+
+def _lookup_blocking(directory: str, path: str, follow_symlink: bool
+                     ) -> tuple[str, int, os.stat_result] | None:
+    """Starlette's ``lookup_path`` for one directory, with the file opened and, without
+    ``follow_symlink``, the opened descriptor's own path checked too (in a worker)."""
+    joined = os.path.join(directory, path)
+    if follow_symlink:
+        full, base = os.path.abspath(joined), os.path.abspath(directory)
+    else:
+        full, base = os.path.realpath(joined), os.path.realpath(directory)
+    if not _beneath(full, base):
+        return None
+    try:
+        fd, st = _open_stat_blocking(full)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not follow_symlink:
+        real = _fd_path(fd)
+        if real is not None and not _beneath(real, base):  # swapped for a symlink meanwhile
+            os.close(fd)
+            return None
+    return full, fd, st
+
+
+class _Found:
+    __slots__ = ("fd", "path", "st")
+
+    def __init__(self, path: str, fd: int, st: os.stat_result) -> None:
+        self.path = path
+        self.fd = fd
+        self.st = st
+
+    def release(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+
+class StaticFiles(_StarletteStaticFiles):
+    """``starlette.staticfiles.StaticFiles`` (same arguments: ``directory``, ``packages``,
+    ``html``, ``check_dir``, ``follow_symlink``), looking files up through the engine and
+    serving them with :class:`FileResponse`.
+
+    A file is opened, then accepted only if the path the kernel resolved for the descriptor
+    lies in the directory's real path (unless ``follow_symlink``): neither ``..``, encoded
+    separators, absolute paths nor a symlink — even one swapped in during the request — can
+    serve a file outside it.
+    """
+
+    def __init__(self, *, directory: PathLike | None = None,
+                 packages: list[str | tuple[str, str]] | None = None, html: bool = False,
+                 check_dir: bool = True, follow_symlink: bool = False) -> None:
+        super().__init__(directory=directory, packages=packages, html=html,
+                         check_dir=check_dir, follow_symlink=follow_symlink)
+
+    async def check_config(self) -> None:
+        if self.directory is None:
+            return
+        try:
+            st = await _k.stat(self.directory)
+        except FileNotFoundError:
+            raise RuntimeError(
+                f"StaticFiles directory '{self.directory}' does not exist.") from None
+        if not (stat.S_ISDIR(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            raise RuntimeError(f"StaticFiles path '{self.directory}' is not a directory.")
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        if scope["method"] not in ("GET", "HEAD"):
+            raise HTTPException(status_code=405, headers={"Allow": "GET, HEAD"})
+        try:
+            found = await self._find(path)
+        except PermissionError:
+            raise HTTPException(status_code=401) from None
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                raise HTTPException(status_code=404) from None
+            raise
+        except ValueError:  # a NUL byte in the path
+            raise HTTPException(status_code=404) from None
+
+        if found is not None and stat.S_ISREG(found.st.st_mode):
+            return self._serve(found, scope)
+        if found is not None:
+            found.release()
+            if stat.S_ISDIR(found.st.st_mode) and self.html:
+                found = await self._find(os.path.join(path, "index.html"))
+                if found is not None and stat.S_ISREG(found.st.st_mode):
+                    if not scope["path"].endswith("/"):
+                        found.release()
+                        url = URL(scope=scope)
+                        return RedirectResponse(url=url.replace(path=url.path + "/"))
+                    return self._serve(found, scope)
+                if found is not None:
+                    found.release()
+        if self.html:
+            found = await self._find("404.html")
+            if found is not None and stat.S_ISREG(found.st.st_mode):
+                response = FileResponse(found.path, stat_result=found.st, status_code=404)
+                response._adopt(found.fd)
+                return response
+            if found is not None:
+                found.release()
+        raise HTTPException(status_code=404)
+
+    def _serve(self, found: _Found, scope: Scope) -> Response:
+        try:
+            response = self.file_response(found.path, found.st, scope)
+        except BaseException:
+            found.release()
+            raise
+        if isinstance(response, FileResponse):
+            response._adopt(found.fd)
+            found.fd = -1
+        else:
+            found.release()
+        return response
+
+    def file_response(self, full_path: PathLike, stat_result: os.stat_result, scope: Scope,
+                      status_code: int = 200) -> Response:
+        response = FileResponse(full_path, status_code=status_code, stat_result=stat_result)
+        if self.is_not_modified(response.headers, Headers(scope=scope)):
+            return NotModifiedResponse(response.headers)
+        return response
+
+    async def _find(self, path: str) -> _Found | None:
+        if path.startswith(("/", "\\")):
+            return None
+        if "\x00" in path:
+            raise ValueError("embedded null byte")
+        eng = get_engine()
+        for directory in self.all_directories:
+            found = await self._find_in(eng, os.fspath(directory), path)
+            if found is not None:
+                return found
+        return None
+
+    async def _find_in(self, eng: EngineLike, directory: str, path: str) -> _Found | None:
+        joined = os.path.abspath(os.path.join(directory, path))
+        if not _beneath(joined, os.path.abspath(directory)):
+            return None  # `..` (get_path normalises, so only a leading one can remain)
+        if not _native(eng, "openat"):
+            result = await _in_worker_found(directory, path, self.follow_symlink)
+            return None if result is None else _Found(*result)
+        if self.follow_symlink:
+            try:
+                fd, st = await _open_stat(eng, joined)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            return _Found(joined, fd, st)
+        # The directory and the file are opened in one kernel batch; the file is accepted only
+        # if the path the kernel resolved for it lies in the path it resolved for the
+        # directory. Both are what was opened, not what a name meant a moment before: a
+        # symlink swapped in, or the directory retargeted by a deploy, cannot make it pass
+        # (a retarget between the two opens fails safe, as a 404).
+        flags = os.O_CLOEXEC
+        dir_fut = eng.openat(_k.AT_FDCWD, os.fsencode(directory),  # type: ignore[union-attr]
+                             flags | os.O_PATH | os.O_DIRECTORY, 0, directory)
+        file_fut = eng.openat(_k.AT_FDCWD, os.fsencode(joined),  # type: ignore[union-attr]
+                              flags | os.O_RDONLY, 0, joined)
+        opened = await _open_both(eng, dir_fut, file_fut)
+        try:
+            dir_fd, file_fd = opened
+            for outcome in (file_fd, dir_fd):
+                if isinstance(outcome, (FileNotFoundError, NotADirectoryError)):
+                    return None
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            assert isinstance(dir_fd, int) and isinstance(file_fd, int)
+            base, real = _fd_path(dir_fd), _fd_path(file_fd)
+            if base is None or real is None:  # no /proc: the blocking lookup, as Starlette's
+                result = await _in_worker_found(directory, path, False)
+                return None if result is None else _Found(*result)
+            if not _beneath(real, base):
+                return None
+            found = _Found(real, file_fd, os.fstat(file_fd))  # fstat inline: see _open_stat
+            opened[1] = -1  # the response owns it now
+            return found
+        finally:
+            for leftover in opened:
+                if isinstance(leftover, int) and leftover >= 0:
+                    os.close(leftover)
+
+
+async def _open_both(eng: EngineLike, *futs: asyncio.Future[int]) -> list[int | BaseException]:
+    """Await openat futures submitted together: each a descriptor or its error. If the task is
+    cancelled, whatever is opened now or later is closed."""
+    results: list[int | BaseException] = []
+    for i, fut in enumerate(futs):
+        try:
+            results.append(await _k._run_open(eng, fut))  # type: ignore[arg-type]
+        except asyncio.CancelledError:
+            for r in results:
+                if isinstance(r, int):
+                    os.close(r)
+            for later in futs[i + 1:]:
+                eng.cancel(later)
+                later.add_done_callback(_k._close_result)
+            raise
+        except Exception as exc:  # noqa: BLE001 - returned to the caller, which decides
+            results.append(exc)
+    return results
+
+
+async def _in_worker_found(directory: str, path: str, follow_symlink: bool
+                           ) -> tuple[str, int, os.stat_result] | None:
+    fut = asyncio.get_running_loop().run_in_executor(None, _lookup_blocking, directory, path,
+                                                     follow_symlink)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(_close_found)
+        raise
+
+
+def _close_found(fut: asyncio.Future[tuple[str, int, os.stat_result] | None]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        result = fut.result()
+        if result is not None:
+            os.close(result[1])
+

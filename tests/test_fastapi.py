@@ -1,0 +1,317 @@
+"""aionative.fastapi: the opened-file dependency, save_upload, stream_file, the lifespan, and
+the example app in examples/ — through httpx's ASGI transport (and the lifespan protocol
+driven by hand, which that transport does not run)."""
+
+
+import asyncio
+import concurrent.futures
+import importlib.util
+import io
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import pytest
+import starlette.datastructures
+from fastapi import Depends, FastAPI, UploadFile
+from fastapi.responses import StreamingResponse
+from starlette.datastructures import Headers
+
+import aionative
+from aionative import AsyncBufferedReader, _engine
+from aionative.fastapi import (
+    engine_lifespan,
+    lifespan,
+    opened_file,
+    save_upload,
+    stream_file,
+)
+
+pytestmark = pytest.mark.usefixtures("backend")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test")
+
+
+def open_fds_to(path: Path) -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            pass
+    return n
+
+
+class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The loop's default executor, counting what is handed to a worker thread."""
+
+    submitted = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+               ) -> concurrent.futures.Future[Any]:
+        CountingExecutor.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.mark.asyncio
+async def test_opened_file_dependency(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_bytes(b"alpha\n" * 50_000)
+    (tmp_path / "sub").mkdir()
+    seen: list[AsyncBufferedReader] = []
+
+    def path_of(name: str, suffix: str = ".log") -> Path:  # a path parameter and a query one
+        return tmp_path / f"{name}{suffix}"
+
+    async def async_path_of(name: str) -> Path:
+        await asyncio.sleep(0)
+        return tmp_path / name
+
+    app = FastAPI()
+
+    @app.get("/head/{name}")
+    async def head(name: str, f: Annotated[AsyncBufferedReader,
+                                           Depends(opened_file(path_of))]) -> dict[str, Any]:
+        seen.append(f)
+        return {"first": (await f.read(6)).decode()}
+
+    @app.get("/stream/{name}")
+    async def stream(f: Annotated[AsyncBufferedReader, Depends(opened_file(async_path_of))]
+                     ) -> StreamingResponse:
+        seen.append(f)
+
+        async def body() -> AsyncIterator[bytes]:
+            while chunk := await f.read(65536):  # still open while the response is sent
+                yield chunk
+
+        return StreamingResponse(body())
+
+    @app.get("/fixed")
+    async def fixed(f: Annotated[Any, Depends(opened_file(tmp_path / "a.log", "r",
+                                                          encoding="ascii"))]) -> str:
+        return str(await f.readline())
+
+    @app.get("/strict/{name}")
+    async def strict(f: Annotated[Any, Depends(opened_file(async_path_of,
+                                                           missing_status=None))]) -> str:
+        return "unreachable"
+
+    async with client(app) as c:
+        assert (await c.get("/head/a")).json() == {"first": "alpha\n"}
+        assert (await c.get("/head/a", params={"suffix": ".txt"})).status_code == 404
+        r = await c.get("/stream/a.log")
+        assert r.status_code == 200 and r.content == (tmp_path / "a.log").read_bytes()
+        assert (await c.get("/stream/sub")).status_code == 404  # a directory
+        assert (await c.get("/fixed")).json() == "alpha\n"
+        with pytest.raises(FileNotFoundError):
+            await c.get("/strict/nope")
+    assert len(seen) == 2 and all(f.closed for f in seen)
+    assert open_fds_to(tmp_path / "a.log") == 0
+
+
+def _upload(data: bytes, *, spooled: bool = True) -> UploadFile:
+    if spooled:
+        f: Any = tempfile.SpooledTemporaryFile(max_size=1 << 20)  # noqa: SIM115 - see close()
+        f.write(data)
+        f.seek(0)
+    else:
+        f = io.BytesIO(data)
+    return UploadFile(f, size=len(data), filename="x.bin", headers=Headers())
+
+
+@pytest.mark.asyncio
+async def test_save_upload_through_fastapi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    hops = {"threadpool": 0}
+    real_run_in_threadpool = starlette.datastructures.run_in_threadpool
+
+    async def counting_run_in_threadpool(fn: Callable[..., Any], *args: Any) -> Any:
+        hops["threadpool"] += 1  # what UploadFile.read does for a file spooled to disk
+        return await real_run_in_threadpool(fn, *args)
+
+    monkeypatch.setattr(starlette.datastructures, "run_in_threadpool",
+                        counting_run_in_threadpool)
+    app = FastAPI()
+
+    @app.post("/up")
+    async def up(file: UploadFile) -> dict[str, Any]:
+        in_memory = not getattr(file.file, "_rolled", True)
+        CountingExecutor.submitted = hops["threadpool"] = 0
+        before = aionative.engine_stats()["submitted"]
+        n = await save_upload(file, tmp_path / "saved.bin", chunk_size=64 * 1024)
+        return {"n": n, "in_memory": in_memory, "executor": CountingExecutor.submitted,
+                "threadpool": hops["threadpool"],
+                "engine_ops": aionative.engine_stats()["submitted"] - before}
+
+    asyncio.get_running_loop().set_default_executor(CountingExecutor(4))
+    backend = aionative.get_engine().backend
+    async with client(app) as c:
+        for size in (0, 1000, 900_000, 5_000_000):  # in memory up to 1 MiB, then on disk
+            data = os.urandom(size)
+            r = await c.post("/up", files={"file": ("x.bin", data)})
+            body = r.json()
+            assert body["n"] == size and (tmp_path / "saved.bin").read_bytes() == data
+            assert body["in_memory"] == (size <= 1024 * 1024)
+            # never UploadFile.read's thread hop; a worker only for open and close where the
+            # kernel has no openat/close for us (the threads backend is threads by design)
+            assert body["threadpool"] == 0
+            assert body["executor"] == {"io_uring": 0, "linux_aio": 2}.get(backend, 2)
+            if body["in_memory"]:
+                assert body["engine_ops"] <= (1 if size else 0) + 2  # one write (+open, close)
+            else:  # 77 chunks: a read and a write each, plus the final short read
+                assert body["engine_ops"] >= 2 * (size // 65536)
+
+
+@pytest.mark.asyncio
+async def test_save_upload_sources_and_errors(tmp_path: Path) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 7)
+    dest = tmp_path / "out.bin"
+    for spooled in (True, False):
+        upload = _upload(data, spooled=spooled)
+        upload.file.read(1000)  # already partly read: the rest is saved
+        assert await save_upload(upload, dest, chunk_size=100_000, fsync=True) == len(data) - 1000
+        assert dest.read_bytes() == data[1000:]
+        assert upload.file.tell() == len(data) and upload.file.read() == b""
+        await upload.close()
+    # a file object without a descriptor or buffer: read through UploadFile.read
+    class Stream(io.RawIOBase):
+        def __init__(self) -> None:
+            self.inner = io.BytesIO(data)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b: Any) -> int:
+            return self.inner.readinto(b)
+
+    upload = UploadFile(io.BufferedReader(Stream()), filename="s")  # type: ignore[arg-type]
+    assert await save_upload(upload, dest, chunk_size=1 << 20) == len(data)
+    assert dest.read_bytes() == data
+    small = _upload(b"x")
+    with pytest.raises(FileNotFoundError):
+        await save_upload(small, tmp_path / "missing" / "out.bin")
+    with pytest.raises(ValueError):
+        await save_upload(small, dest, chunk_size=0)
+    await small.close()
+
+    # a failing source: the partial destination is removed
+    class Broken(io.BytesIO):
+        def read(self, n: int | None = -1) -> bytes:
+            raise OSError(5, "Input/output error")
+
+    with pytest.raises(OSError, match="Input/output"):
+        await save_upload(UploadFile(Broken(b"abc")), dest)  # type: ignore[arg-type]
+    assert not dest.exists()
+
+
+@pytest.mark.asyncio
+async def test_stream_file(tmp_path: Path) -> None:
+    data = os.urandom(300_000)
+    path = tmp_path / "s.bin"
+    path.write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+
+    async def collect(it: AsyncIterator[bytes]) -> list[bytes]:
+        return [chunk async for chunk in it]
+
+    chunks = await collect(stream_file(path))
+    assert b"".join(chunks) == data and [len(c) for c in chunks] == [65536] * 4 + [37856]
+    assert b"".join(await collect(stream_file(path, start=70_000, end=200_001,
+                                              chunk_size=50_000))) == data[70_000:200_001]
+    assert b"".join(await collect(stream_file(path, start=299_990, end=10**9))) == data[-10:]
+    assert await collect(stream_file(path, start=5, end=5)) == []
+    assert await collect(stream_file(tmp_path / "empty")) == []
+    with pytest.raises(ValueError):
+        await collect(stream_file(path, start=5, end=4))
+    with pytest.raises(FileNotFoundError):
+        await collect(stream_file(tmp_path / "missing"))
+    # abandoned after one chunk, with the next read in flight: closed, nothing pending
+    it = stream_file(path)
+    assert await it.__anext__() == data[:65536]
+    await it.aclose()  # type: ignore[attr-defined]
+    assert open_fds_to(path) == 0 and aionative.engine_stats()["in_flight"] == 0
+
+    app = FastAPI()
+
+    @app.get("/s")
+    async def s() -> StreamingResponse:
+        return StreamingResponse(stream_file(path), media_type="application/octet-stream")
+
+    async with client(app) as c:
+        assert (await c.get("/s")).content == data
+    assert open_fds_to(path) == 0
+
+
+@asynccontextmanager
+async def running_lifespan(app: Any) -> AsyncIterator[dict[str, Any]]:
+    """Drive an ASGI app's lifespan: startup on enter, shutdown on exit."""
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    state: dict[str, Any] = {}
+    scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": state}
+    task = asyncio.ensure_future(app(scope, inbox.get, outbox.put))
+    await inbox.put({"type": "lifespan.startup"})
+    assert (await outbox.get())["type"] == "lifespan.startup.complete"
+    try:
+        yield state
+    finally:
+        await inbox.put({"type": "lifespan.shutdown"})
+        assert (await outbox.get())["type"] == "lifespan.shutdown.complete"
+        await task
+
+
+@pytest.mark.asyncio
+async def test_lifespan_creates_and_closes_the_engine(backend: str) -> None:
+    events: list[str] = []
+
+    @asynccontextmanager
+    async def mine(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        events.append("start:" + aionative.backend_info()["backend"])
+        yield {"answer": 42}
+        events.append("stop")
+
+    for app in (FastAPI(lifespan=lifespan), FastAPI(lifespan=engine_lifespan(mine)),
+                FastAPI(lifespan=engine_lifespan(backend=backend))):
+        assert _engine.current_entry() is None
+        async with running_lifespan(app) as state:
+            entry = _engine.current_entry()
+            assert entry is not None and entry.engine.backend == backend
+            engine = entry.engine
+        assert engine.closed and _engine.current_entry() is None
+    assert events == [f"start:{backend}", "stop"]
+    assert state == {"answer": 42} or state == {}
+
+
+@pytest.mark.asyncio
+async def test_example_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXAMPLE_DATA", str(tmp_path))
+    spec = importlib.util.spec_from_file_location("fastapi_example",
+                                                  REPO / "examples" / "fastapi_app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "fastapi_example", module)
+    spec.loader.exec_module(module)
+    data = os.urandom(2_000_000)
+    async with running_lifespan(module.app), client(module.app) as c:
+        assert (await c.post("/files", files={"file": ("d.bin", data)})).json() == \
+            {"name": "d.bin", "bytes": len(data)}
+        r = await c.get("/files/d.bin")
+        assert r.content == data
+        assert r.headers["content-disposition"] == 'attachment; filename="d.bin"'
+        r = await c.get("/files/d.bin", headers={"range": "bytes=10-19"})
+        assert r.status_code == 206 and r.content == data[10:20]
+        r = await c.get("/files/d.bin", headers={"if-none-match": r.headers["etag"]})
+        assert r.status_code == 304
+        assert (await c.get("/stream/d.bin")).content == data
+        assert (await c.get("/head/d.bin")).json()["name"] == "d.bin"
+        assert (await c.get("/head/none.bin")).status_code == 404
+        assert (await c.get("/files/..")).status_code in (400, 404)
+        assert (await c.get("/static/hello.txt")).text == "hello from aionative\n"
+        assert (await c.get("/engine")).json()["backend"] == aionative.get_engine().backend
