@@ -377,9 +377,12 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
         op_finish(e, idx, res < 0 ? (int)-res : 0);
         return;
     }
-    /* Never again for close: Linux has released the descriptor even when it says EINTR. */
-    if ((res == -EINTR || res == -EAGAIN) && op->retries < MAX_RETRIES && !op->cancel_sent &&
-        op->kind != OP_CLOSE) {
+    /* Never again for close: Linux has released the descriptor even when it says EINTR.
+     * An -ECANCELED nobody asked for is io-wq giving up before running the request (seen
+     * under a signal storm: creating a worker thread fails while a signal is pending, see
+     * docs/reliability.md): it never ran, so it is submitted again, like -EINTR. */
+    if ((res == -EINTR || res == -EAGAIN || res == -ECANCELED) && op->retries < MAX_RETRIES &&
+        !op->cancel_sent && op->kind != OP_CLOSE) {
         op->retries++;
         e->st.retries++;
         engine_enqueue(e, idx);

@@ -22,7 +22,7 @@ def _within(coro: object) -> object:
     return asyncio.wait_for(coro, 20)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC, errno.ECANCELED])
+@pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC])
 async def test_completion_error_reaches_the_caller(data_file: tuple[Path, bytes],
                                                    fd_of: Callable[..., int], err: int) -> None:
     path, data = data_file
@@ -35,7 +35,7 @@ async def test_completion_error_reaches_the_caller(data_file: tuple[Path, bytes]
     assert await _within(aionative.pread(fd, 100, 0)) == data[:100]  # and it carries on
 
 
-@pytest.mark.parametrize("err", [errno.EINTR, errno.EAGAIN])
+@pytest.mark.parametrize("err", [errno.EINTR, errno.EAGAIN, errno.ECANCELED])
 async def test_interrupted_completions_are_retried(data_file: tuple[Path, bytes],
                                                    fd_of: Callable[..., int], err: int) -> None:
     path, data = data_file
@@ -44,6 +44,24 @@ async def test_interrupted_completions_are_retried(data_file: tuple[Path, bytes]
     _core.set_fault("completion", err, 3)
     assert await _within(aionative.pread(fd, 5000, 10)) == data[10:5010]
     assert aionative.engine_stats()["retries"] - before >= 3
+
+
+@pytest.mark.parametrize("err", [errno.EINTR, errno.ECANCELED])
+async def test_endless_interruptions_reach_the_caller(data_file: tuple[Path, bytes],
+                                                      fd_of: Callable[..., int],
+                                                      err: int) -> None:
+    """Retries are bounded: a completion that keeps failing so is reported, never a hang."""
+    path, data = data_file
+    fd = fd_of(path)
+    aionative.get_engine()
+    _core.set_fault("completion", err, -1)
+    try:
+        with pytest.raises(OSError) as info:
+            await _within(aionative.pread(fd, 100, 0))
+    finally:
+        _core.clear_faults()
+    assert info.value.errno == err
+    assert await _within(aionative.pread(fd, 100, 0)) == data[:100]
 
 
 async def test_short_writes_continue(tmp_path: Path, fd_of: Callable[..., int]) -> None:
