@@ -6,8 +6,8 @@
 * :func:`save_upload` — stream an ``UploadFile`` to disk: a spooled upload still in memory is
   one write; one rolled to disk is copied descriptor to descriptor with ``pread``/``pwrite``,
   a read in flight while the previous chunk is written, and no worker thread per chunk.
-* :func:`stream_file` — an async iterator of a file's chunks (read one ahead) for
-  ``StreamingResponse``.
+* :func:`stream_file` — open a file and return an async iterator of its chunks (read one
+  ahead) for ``StreamingResponse``.
 * :data:`lifespan` / :func:`engine_lifespan` — create the engine at startup, drain and close it
   at shutdown (around your own lifespan, if you have one).
 * ``FileResponse`` and ``StaticFiles`` from :mod:`aionative.starlette`, re-exported.
@@ -18,9 +18,11 @@ Needs ``fastapi`` (``pip install aionative[fastapi]``); ``import aionative`` doe
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import io
 import os
+import secrets
 import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -110,33 +112,66 @@ def opened_file(path: StrPath | Callable[..., Any], mode: str = "rb", *, bufferi
 async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: int = 1 << 20,
                       fsync: bool = False) -> int:
     """Write what is left of ``upload`` (from its current position) to ``destination``
-    (created or truncated) through the engine; returns the number of bytes written and leaves
-    the upload positioned at its end.
+    through the engine; returns the number of bytes written and leaves the upload positioned
+    at its end.
+
+    The bytes go to a new temporary file beside ``destination`` (``.<name>.<random>.part``),
+    renamed over it only once they are all written: a reader sees the old file or the new one,
+    never a part; on an error (or cancellation) the temporary file is removed and
+    ``destination`` is as it was. The rename replaces the name: a symlink at ``destination`` is
+    replaced, not written through, and the new file has the default mode (``0o666`` less the
+    umask), not the old one's.
 
     Starlette spools uploads in memory up to 1 MiB, then on disk: an in-memory upload is one
     write; one on disk is copied descriptor to descriptor, ``chunk_size`` at a time, the next
     read in flight while a chunk is written — no worker-thread hop per chunk, where
     ``await upload.read(n)`` makes one per call. Any other file object is read with
-    ``upload.read``. On an error the partial ``destination`` is removed. ``fsync=True`` makes
-    the data durable before returning.
+    ``upload.read``. ``fsync=True`` makes the data, and the rename, durable before returning.
     """
     if chunk_size <= 0:
         raise ValueError("chunk_size must be positive")
     eng = get_engine()
-    out = await _k.open_fd(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    target = os.fspath(destination)
+    directory, name = os.path.split(target)
+    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.part")
+    # O_EXCL: a fresh file, never one (or a symlink) that someone put at that name.
     try:
-        written = await _copy_upload(eng, upload, out, chunk_size)
-        if fsync:
-            await _fsync(eng, out)
-    except BaseException:
-        os.close(out)  # inline: every operation on it is over, and nothing here may be cancelled
-        try:
-            await _k.unlink(destination)
-        except OSError:
-            pass
+        out = await _k.open_fd(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except asyncio.CancelledError:
+        _remove(temporary)  # the open may have created it before the cancellation
         raise
-    await _k.close_fd(out)
+    try:
+        try:
+            written = await _copy_upload(eng, upload, out, chunk_size)
+            if fsync:
+                await _fsync(eng, out)
+        except BaseException:
+            os.close(out)  # inline: every operation on it is over; nothing here may be cancelled
+            raise
+        await _k.close_fd(out)
+        await _k.replace(temporary, target)
+    except BaseException:
+        _remove(temporary)
+        raise
+    if fsync:
+        await _fsync_directory(eng, directory or ".")
     return written
+
+
+def _remove(path: str) -> None:
+    """Remove a temporary file, inline: a second cancellation cannot skip it."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+async def _fsync_directory(eng: EngineLike, directory: str) -> None:
+    fd = await _k.open_fd(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        await _fsync(eng, fd)
+    finally:
+        os.close(fd)  # inline: a read-only descriptor, nothing to flush
 
 
 async def _fsync(eng: EngineLike, fd: int) -> None:
@@ -221,16 +256,49 @@ async def _copy_fd(eng: EngineLike, src: int, offset: int, dst: int, chunk: int)
 
 async def stream_file(path: StrPath, *, chunk_size: int = 64 * 1024, start: int = 0,
                       end: int | None = None) -> AsyncIterator[bytes]:
-    """The bytes of ``path`` from ``start`` to ``end`` (exclusive; default: its end of file
-    when reached), in chunks of ``chunk_size``, each read issued while the previous chunk is
-    being consumed. For ``StreamingResponse(stream_file(path), media_type=...)``. The file is
-    opened when iteration starts and closed when it ends, fails or is closed early."""
+    """Open ``path`` and return an async iterator of its bytes from ``start`` to ``end``
+    (exclusive; default: its end of file when reached), in chunks of ``chunk_size``, each read
+    issued while the previous chunk is being consumed::
+
+        return StreamingResponse(await stream_file(path), media_type="text/plain")
+
+    The file is opened here, so a missing file or a directory raises (``FileNotFoundError``,
+    ``IsADirectoryError``, ...) before a response has started — a handler can turn it into a
+    404. It is closed when the iteration ends, fails or is closed early (``aclose()``, after
+    the read in flight), or when an iterator never iterated is collected."""
     if chunk_size <= 0:
         raise ValueError("chunk_size must be positive")
     if start < 0 or (end is not None and end < start):
         raise ValueError("need 0 <= start <= end")
     eng = get_engine()
-    fd = await _k.open_fd(path, os.O_RDONLY)
+    owner = _Descriptor(await _k.open_fd(path, os.O_RDONLY))
+    if stat.S_ISDIR(os.fstat(owner.fd).st_mode):  # inline: the inode is pinned, no I/O
+        owner.close()
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+    return _chunks(eng, owner, chunk_size, start, end)
+
+
+class _Descriptor:
+    """Owns a read-only descriptor: closed by ``close()``, or when collected (an iterator
+    returned by :func:`stream_file` and dropped before it ran)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)  # inline: a read-only descriptor, nothing to flush
+
+    def __del__(self) -> None:
+        self.close()
+
+
+async def _chunks(eng: EngineLike, owner: _Descriptor, chunk_size: int, start: int,
+                  end: int | None) -> AsyncIterator[bytes]:
+    fd = owner.fd
     pending: asyncio.Future[bytes] | None = None
     try:
         offset = start
@@ -255,9 +323,11 @@ async def stream_file(path: StrPath, *, chunk_size: int = 64 * 1024, start: int 
                 return
             size = nxt
     finally:
-        if pending is not None:
-            await _settle(pending)
-        os.close(fd)  # inline: a read-only descriptor, nothing to flush
+        try:
+            if pending is not None:
+                await _settle(pending)
+        finally:
+            owner.close()
 
 
 # ---------------------------------------------------------------- lifespan

@@ -54,19 +54,45 @@ def _native(eng: EngineLike, *ops: str) -> bool:
     return not isinstance(eng, ThreadsEngine) and all(eng.supports(op) for op in ops)
 
 
+# O_NONBLOCK on every open: a FIFO without a writer would otherwise hold the open (a worker
+# thread, or the io-wq worker in which io_uring retries an openat whose name is not in the
+# dentry cache — without the O_NONBLOCK of its first, inline attempt unless it was asked for).
+# It is cleared on a regular file (a read of an O_NONBLOCK file on a filesystem without
+# non-blocking reads would fail with EAGAIN); anything else is rejected before it is read.
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+
+# What open(2) fails with on something that is not a regular file — a socket, a device without
+# a driver (ENXIO, ENODEV) — or on a file it may not read (EACCES): Starlette only stat-s, so
+# these are looked at again with an O_PATH descriptor (no permission needed, nothing opened).
+_NOT_OPENABLE = (errno.ENXIO, errno.ENODEV, errno.EACCES)
+
+
+def _fstat_regular(fd: int) -> os.stat_result:
+    """fstat a descriptor opened with ``_OPEN_FLAGS``; a regular file is made blocking again."""
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        fcntl.fcntl(fd, fcntl.F_SETFL, 0)  # a read-only descriptor: O_NONBLOCK was the only flag
+    return st
+
+
 def _open_stat_blocking(path: str) -> tuple[int, os.stat_result]:
-    """Open and fstat in one worker call (backends without a kernel ``openat``). O_NONBLOCK
-    keeps a FIFO from holding the worker until a writer comes; it is cleared on a regular
-    file."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    """Open and fstat in one worker call (backends without a kernel ``openat``)."""
+    fd = os.open(path, _OPEN_FLAGS)
     try:
-        st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode):
-            fcntl.fcntl(fd, fcntl.F_SETFL, 0)
+        return fd, _fstat_regular(fd)
     except BaseException:
         os.close(fd)
         raise
-    return fd, st
+
+
+def _path_stat_blocking(path: str) -> tuple[int, os.stat_result]:
+    """An ``O_PATH`` descriptor and its stat (for a file that cannot be opened for reading)."""
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _close_result(fut: asyncio.Future[tuple[int, os.stat_result]]) -> None:
@@ -86,27 +112,41 @@ async def _in_worker(fn: Callable[..., tuple[int, os.stat_result]], *args: Any
         raise
 
 
-async def _open_stat(eng: EngineLike, path: str) -> tuple[int, os.stat_result]:
+async def _openat(eng: EngineLike, path: str, flags: int, encoded: bytes | None = None) -> int:
+    """io_uring's ``openat`` of ``path`` (straight to the engine: ``_kernelops.open_fd`` retries
+    an ENXIO in a worker, which is for FIFOs opened for writing)."""
+    fut = eng.openat(_k.AT_FDCWD,  # type: ignore[union-attr]
+                     os.fsencode(path) if encoded is None else encoded, flags, 0, path)
+    return await _k._run_open(eng, fut)  # type: ignore[arg-type]
+
+
+async def _open_stat(eng: EngineLike, path: str, encoded: bytes | None = None
+                     ) -> tuple[int, os.stat_result]:
     """Open ``path`` read-only and stat the descriptor: the headers describe the file read."""
     if not _native(eng, "openat"):
         return await _in_worker(_open_stat_blocking, path)
-    # io_uring's openat tries O_NONBLOCK first, so a FIFO without a writer never blocks it.
-    fd = await _k.open_fd(path, os.O_RDONLY)
+    fd = await _openat(eng, path, _OPEN_FLAGS, encoded)
     try:
         # Inline, not io_uring's statx: that always runs in an io-wq worker (REQ_F_FORCE_ASYNC),
         # which cost a quarter of the 4 KiB throughput and 2-3 kernel threads, while fstat of a
         # descriptor just opened does no I/O (its inode is pinned; NFS revalidated it at open).
-        return fd, os.fstat(fd)
+        return fd, _fstat_regular(fd)
     except BaseException:
         os.close(fd)
         raise
 
 
-async def _open(eng: EngineLike, path: str) -> int:
-    """Open a file whose stat the caller already has."""
+async def _path_stat(eng: EngineLike, path: str, encoded: bytes | None = None
+                     ) -> tuple[int, os.stat_result]:
+    """``_path_stat_blocking`` through the engine where it opens."""
     if not _native(eng, "openat"):
-        return (await _in_worker(_open_stat_blocking, path))[0]
-    return await _k.open_fd(path, os.O_RDONLY)
+        return await _in_worker(_path_stat_blocking, path)
+    fd = await _openat(eng, path, os.O_PATH | os.O_CLOEXEC, encoded)
+    try:
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 async def _settle(fut: asyncio.Future[Any]) -> None:
@@ -152,7 +192,10 @@ def _http_date(value: str) -> int | None:
     parts = parsedate_tz(value)
     if parts is None:
         return None
-    return calendar.timegm(parts[:6]) - (parts[9] or 0)
+    try:
+        return calendar.timegm(parts[:6]) - (parts[9] or 0)
+    except (ValueError, OverflowError):  # a year past 9999, or numbers too large for a date
+        return None
 
 
 class _Malformed(Exception):
@@ -353,20 +396,24 @@ class FileResponse(_StarletteFileResponse):
                        is_http: bool, method: str, header_only: bool, pathsend: bool,
                        rng: str | None, if_range: str | None, inm: str | None, ims: str | None
                        ) -> None:
+        if transfer.fd >= 0:
+            # A descriptor StaticFiles opened and checked: the bytes come from it. Handing the
+            # server the path instead would let it open whatever the name means by then.
+            pathsend = False
         st = self.stat_result
         if st is None:
-            # A GET that will read the body opens first and stats the descriptor; a HEAD, a
-            # conditional request or a path handed to the server only needs the path's stat.
-            opens = not header_only and not inm and not ims and not (pathsend and rng is None)
-            try:
-                if opens:
-                    transfer.fd, st = await _open_stat(transfer.eng, os.fspath(self.path))
-                else:
+            # A GET opens first and stats the descriptor — conditional or not, so the validators
+            # and the body are of the same file; a HEAD, or a path handed to the server, only
+            # needs the path's stat.
+            if not header_only and not (pathsend and rng is None):
+                transfer.fd, st = await self._open_checked(transfer.eng)
+            else:
+                try:
                     st = await _k.stat(self.path)
-            except FileNotFoundError:
-                raise RuntimeError(f"File at path {self.path} does not exist.") from None
-            if not stat.S_ISREG(st.st_mode):
-                raise RuntimeError(f"File at path {self.path} is not a file.")
+                except FileNotFoundError:
+                    raise RuntimeError(f"File at path {self.path} does not exist.") from None
+                if not stat.S_ISREG(st.st_mode):
+                    raise RuntimeError(f"File at path {self.path} is not a file.")
             self.set_stat_headers(st)
         size = st.st_size
 
@@ -416,8 +463,10 @@ class FileResponse(_StarletteFileResponse):
             else:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        if transfer.fd < 0:
-            transfer.fd = await _open(transfer.eng, os.fspath(self.path))
+        if transfer.fd < 0:  # stat_result= given: open now (Starlette's errors, but no FIFO)
+            transfer.fd, opened = await _open_stat(transfer.eng, os.fspath(self.path))
+            if not stat.S_ISREG(opened.st_mode):
+                raise RuntimeError(f"File at path {self.path} is not a file.")
         body = self._send_body(send, transfer, start_message, pieces, tail)
         spec = scope.get("asgi", {}).get("spec_version", "2.0")
         if (not is_http or _spec_at_least_2_4(spec)
@@ -427,6 +476,29 @@ class FileResponse(_StarletteFileResponse):
             await body
         else:
             await _until_disconnect(body, receive)
+
+    async def _open_checked(self, eng: EngineLike) -> tuple[int, os.stat_result]:
+        """Open and stat ``self.path`` with Starlette's errors: a ``RuntimeError`` if it does
+        not exist or is not a regular file (a socket, for one, cannot even be opened)."""
+        path = os.fspath(self.path)
+        try:
+            fd, st = await _open_stat(eng, path)
+        except FileNotFoundError:
+            raise RuntimeError(f"File at path {self.path} does not exist.") from None
+        except OSError as exc:
+            if exc.errno not in _NOT_OPENABLE:
+                raise
+            try:
+                st = await _k.stat(path)  # what Starlette looks at
+            except OSError:
+                raise exc from None
+            if stat.S_ISREG(st.st_mode):
+                raise
+            raise RuntimeError(f"File at path {self.path} is not a file.") from None
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise RuntimeError(f"File at path {self.path} is not a file.")
+        return fd, st
 
     def _chunks(self, pieces: list[tuple[bytes, int, int]]) -> Iterator[tuple[bytes, int, int]]:
         chunk = self.chunk_size
@@ -527,15 +599,29 @@ def _lookup_blocking(directory: str, path: str, follow_symlink: bool
         full, base = os.path.realpath(joined), os.path.realpath(directory)
     if not _beneath(full, base):
         return None
+    refused: OSError | None = None
     try:
         fd, st = _open_stat_blocking(full)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:
+        if exc.errno not in _NOT_OPENABLE:
+            raise
+        refused = exc
+        try:
+            fd, st = _path_stat_blocking(full)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            raise refused from None
     if not follow_symlink:
         real = _fd_path(fd)
         if real is not None and not _beneath(real, base):  # swapped for a symlink meanwhile
             os.close(fd)
             return None
+    if refused is not None and stat.S_ISREG(st.st_mode):  # a file we may not read: 401
+        os.close(fd)
+        raise refused
     return full, fd, st
 
 
@@ -658,30 +744,61 @@ class StaticFiles(_StarletteStaticFiles):
         if not _native(eng, "openat"):
             result = await _in_worker_found(directory, path, self.follow_symlink)
             return None if result is None else _Found(*result)
+        # Both names are encoded before anything is opened: one that cannot be (a lone
+        # surrogate) raises ValueError (a 404) with nothing submitted, so nothing to close.
+        file_name = os.fsencode(joined)
         if self.follow_symlink:
+            refused: OSError | None = None
             try:
-                fd, st = await _open_stat(eng, joined)
+                fd, st = await _open_stat(eng, joined, file_name)
             except (FileNotFoundError, NotADirectoryError):
                 return None
+            except OSError as exc:
+                if exc.errno not in _NOT_OPENABLE:
+                    raise
+                refused = exc
+                try:
+                    fd, st = await _path_stat(eng, joined, file_name)
+                except (FileNotFoundError, NotADirectoryError):
+                    return None
+                except OSError:
+                    raise refused from None
+            if refused is not None and stat.S_ISREG(st.st_mode):  # may not read it: 401
+                os.close(fd)
+                raise refused
             return _Found(joined, fd, st)
+        dir_name = os.fsencode(directory)
         # The directory and the file are opened in one kernel batch; the file is accepted only
         # if the path the kernel resolved for it lies in the path it resolved for the
         # directory. Both are what was opened, not what a name meant a moment before: a
         # symlink swapped in, or the directory retargeted by a deploy, cannot make it pass
         # (a retarget between the two opens fails safe, as a 404).
-        flags = os.O_CLOEXEC
-        dir_fut = eng.openat(_k.AT_FDCWD, os.fsencode(directory),  # type: ignore[union-attr]
-                             flags | os.O_PATH | os.O_DIRECTORY, 0, directory)
-        file_fut = eng.openat(_k.AT_FDCWD, os.fsencode(joined),  # type: ignore[union-attr]
-                              flags | os.O_RDONLY, 0, joined)
+        dir_fut = eng.openat(_k.AT_FDCWD, dir_name,  # type: ignore[union-attr]
+                             os.O_CLOEXEC | os.O_PATH | os.O_DIRECTORY, 0, directory)
+        file_fut = eng.openat(_k.AT_FDCWD, file_name,  # type: ignore[union-attr]
+                              _OPEN_FLAGS, 0, joined)
         opened = await _open_both(eng, dir_fut, file_fut)
         try:
             dir_fd, file_fd = opened
             for outcome in (file_fd, dir_fd):
                 if isinstance(outcome, (FileNotFoundError, NotADirectoryError)):
                     return None
-                if isinstance(outcome, BaseException):
-                    raise outcome
+            if isinstance(dir_fd, BaseException):
+                raise dir_fd
+            refused = None
+            if isinstance(file_fd, OSError) and file_fd.errno in _NOT_OPENABLE:
+                # A socket, a device, a file or directory we may not read: Starlette stat-s
+                # (no permission needed) and answers 404 for what is not a regular file.
+                refused = file_fd
+                try:
+                    file_fd, st = await _path_stat(eng, joined, file_name)
+                except (FileNotFoundError, NotADirectoryError):
+                    return None
+                except OSError:
+                    raise refused from None
+                opened[1] = file_fd
+            elif isinstance(file_fd, BaseException):
+                raise file_fd
             assert isinstance(dir_fd, int) and isinstance(file_fd, int)
             base, real = _fd_path(dir_fd), _fd_path(file_fd)
             if base is None or real is None:  # no /proc: the blocking lookup, as Starlette's
@@ -689,7 +806,11 @@ class StaticFiles(_StarletteStaticFiles):
                 return None if result is None else _Found(*result)
             if not _beneath(real, base):
                 return None
-            found = _Found(real, file_fd, os.fstat(file_fd))  # fstat inline: see _open_stat
+            if refused is None:
+                st = _fstat_regular(file_fd)  # fstat inline: see _open_stat
+            elif stat.S_ISREG(st.st_mode):
+                raise refused  # a file we may not read: 401
+            found = _Found(real, file_fd, st)
             opened[1] = -1  # the response owns it now
             return found
         finally:

@@ -7,7 +7,7 @@ Run it (from the repository root)::
     curl localhost:8000/files/README.md                  # download -> FileResponse (ranges, 304)
     curl -r 0-99 localhost:8000/files/README.md          # a range  -> 206
     curl localhost:8000/head/README.md                   # the first bytes -> opened_file
-    curl localhost:8000/stream/README.md                 # StreamingResponse(stream_file(...))
+    curl localhost:8000/stream/README.md                 # StreamingResponse(await stream_file(...))
     curl localhost:8000/static/hello.txt                 # StaticFiles
     curl localhost:8000/engine                           # which backend serves it
 
@@ -88,8 +88,11 @@ async def head(name: str,
 
 @app.get("/stream/{name}")
 async def stream(name: str) -> StreamingResponse:
-    return StreamingResponse(stream_file(upload_path(name)),
-                             media_type="application/octet-stream")
+    try:
+        chunks = await stream_file(upload_path(name))  # opened now: before the response starts
+    except (FileNotFoundError, IsADirectoryError):
+        raise HTTPException(status_code=404) from None
+    return StreamingResponse(chunks, media_type="application/octet-stream")
 
 
 @app.get("/engine")

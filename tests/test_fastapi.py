@@ -7,6 +7,7 @@ import asyncio
 import concurrent.futures
 import importlib.util
 import io
+import json
 import os
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from typing import Annotated, Any
 import httpx
 import pytest
 import starlette.datastructures
-from fastapi import Depends, FastAPI, UploadFile
+from fastapi import Depends, FastAPI, HTTPException, Request, UploadFile
 from fastapi.responses import StreamingResponse
 from starlette.datastructures import Headers
 
@@ -159,12 +160,14 @@ async def test_save_upload_through_fastapi(tmp_path: Path, monkeypatch: pytest.M
             body = r.json()
             assert body["n"] == size and (tmp_path / "saved.bin").read_bytes() == data
             assert body["in_memory"] == (size <= 1024 * 1024)
-            # never UploadFile.read's thread hop; a worker only for open and close where the
-            # kernel has no openat/close for us (the threads backend is threads by design)
+            # never UploadFile.read's thread hop; a worker only for open, close and the rename
+            # where the kernel has no openat/close/renameat for us (the threads backend is
+            # threads by design)
             assert body["threadpool"] == 0
-            assert body["executor"] == {"io_uring": 0, "linux_aio": 2}.get(backend, 2)
+            assert body["executor"] == {"io_uring": 0}.get(backend, 3)
             if body["in_memory"]:
-                assert body["engine_ops"] <= (1 if size else 0) + 2  # one write (+open, close)
+                # one write (+ open, close, rename)
+                assert body["engine_ops"] <= (1 if size else 0) + 3
             else:  # 77 chunks: a read and a write each, plus the final short read
                 assert body["engine_ops"] >= 2 * (size // 65536)
 
@@ -201,14 +204,57 @@ async def test_save_upload_sources_and_errors(tmp_path: Path) -> None:
         await save_upload(small, dest, chunk_size=0)
     await small.close()
 
-    # a failing source: the partial destination is removed
+    # a failing source: the destination is left as it was, and no partial file anywhere
     class Broken(io.BytesIO):
         def read(self, n: int | None = -1) -> bytes:
             raise OSError(5, "Input/output error")
 
     with pytest.raises(OSError, match="Input/output"):
         await save_upload(UploadFile(Broken(b"abc")), dest)  # type: ignore[arg-type]
-    assert not dest.exists()
+    assert dest.read_bytes() == data
+    with pytest.raises(OSError, match="Input/output"):
+        await save_upload(UploadFile(Broken(b"abc")), tmp_path / "new.bin")  # type: ignore[arg-type]
+    assert not (tmp_path / "new.bin").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+@pytest.mark.asyncio
+async def test_save_upload_replaces_the_destination_whole(tmp_path: Path) -> None:
+    """The upload is written to a temporary file beside the destination and renamed over it
+    when complete: a reader of the destination never sees a part; a symlink there is replaced,
+    not written through; a failure (here: the destination is a directory, so the rename fails)
+    leaves no temporary file."""
+    data = os.urandom(2 * 1024 * 1024 + 3)  # several chunks; spooled to disk below
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"keep me")
+    dest = tmp_path / "dest.bin"
+    os.symlink(other, dest)
+    seen: list[bytes] = []
+
+    class Watching(io.RawIOBase):  # no descriptor: read with UploadFile.read, chunk by chunk
+        def __init__(self) -> None:
+            self.inner = io.BytesIO(data)
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b: Any) -> int:
+            seen.append(dest.read_bytes())  # what a reader sees mid-upload
+            return self.inner.readinto(b)
+
+    upload = UploadFile(io.BufferedReader(Watching()), filename="w")  # type: ignore[arg-type]
+    assert await save_upload(upload, dest, chunk_size=512 * 1024, fsync=True) == len(data)
+    assert len(seen) > 3 and all(s == b"keep me" for s in seen)  # the old file until the end
+    assert not dest.is_symlink() and dest.read_bytes() == data
+    assert other.read_bytes() == b"keep me"
+    await upload.close()
+    for source in (_upload(data), _upload(b"small", spooled=False)):
+        (tmp_path / "dir").mkdir()
+        with pytest.raises(IsADirectoryError):
+            await save_upload(source, tmp_path / "dir")
+        (tmp_path / "dir").rmdir()
+        await source.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest.bin", "other.bin"]
 
 
 @pytest.mark.asyncio
@@ -221,31 +267,48 @@ async def test_stream_file(tmp_path: Path) -> None:
     async def collect(it: AsyncIterator[bytes]) -> list[bytes]:
         return [chunk async for chunk in it]
 
-    chunks = await collect(stream_file(path))
+    chunks = await collect(await stream_file(path))
     assert b"".join(chunks) == data and [len(c) for c in chunks] == [65536] * 4 + [37856]
-    assert b"".join(await collect(stream_file(path, start=70_000, end=200_001,
-                                              chunk_size=50_000))) == data[70_000:200_001]
-    assert b"".join(await collect(stream_file(path, start=299_990, end=10**9))) == data[-10:]
-    assert await collect(stream_file(path, start=5, end=5)) == []
-    assert await collect(stream_file(tmp_path / "empty")) == []
+    assert b"".join(await collect(await stream_file(path, start=70_000, end=200_001,
+                                                    chunk_size=50_000))) == data[70_000:200_001]
+    assert b"".join(await collect(await stream_file(path, start=299_990, end=10**9))) == \
+        data[-10:]
+    assert await collect(await stream_file(path, start=5, end=5)) == []
+    assert await collect(await stream_file(tmp_path / "empty")) == []
     with pytest.raises(ValueError):
-        await collect(stream_file(path, start=5, end=4))
+        await stream_file(path, start=5, end=4)
+    # opened when called: a missing file or a directory fails there, before any response
     with pytest.raises(FileNotFoundError):
-        await collect(stream_file(tmp_path / "missing"))
+        await stream_file(tmp_path / "missing")
+    with pytest.raises(IsADirectoryError):
+        await stream_file(tmp_path)
+    assert open_fds_to(tmp_path) == 0
     # abandoned after one chunk, with the next read in flight: closed, nothing pending
-    it = stream_file(path)
+    it = await stream_file(path)
+    assert open_fds_to(path) == 1
     assert await it.__anext__() == data[:65536]
     await it.aclose()  # type: ignore[attr-defined]
     assert open_fds_to(path) == 0 and aionative.engine_stats()["in_flight"] == 0
+    # returned and never iterated (the handler failed after calling it): closed when dropped
+    it = await stream_file(path)
+    assert open_fds_to(path) == 1
+    del it
+    assert open_fds_to(path) == 0
 
     app = FastAPI()
 
-    @app.get("/s")
-    async def s() -> StreamingResponse:
-        return StreamingResponse(stream_file(path), media_type="application/octet-stream")
+    @app.get("/s/{name}")
+    async def s(name: str) -> StreamingResponse:
+        try:
+            chunks = await stream_file(tmp_path / name)
+        except FileNotFoundError:
+            raise HTTPException(status_code=404) from None
+        return StreamingResponse(chunks, media_type="application/octet-stream")
 
     async with client(app) as c:
-        assert (await c.get("/s")).content == data
+        assert (await c.get("/s/s.bin")).content == data
+        r = await c.get("/s/missing.bin")  # a 404, not a 200 that ends in an error
+        assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
     assert open_fds_to(path) == 0
 
 
@@ -277,16 +340,45 @@ async def test_lifespan_creates_and_closes_the_engine(backend: str) -> None:
         yield {"answer": 42}
         events.append("stop")
 
-    for app in (FastAPI(lifespan=lifespan), FastAPI(lifespan=engine_lifespan(mine)),
-                FastAPI(lifespan=engine_lifespan(backend=backend))):
+    apps = [(FastAPI(lifespan=lifespan), {}), (FastAPI(lifespan=engine_lifespan(mine)),
+                                               {"answer": 42}),
+            (FastAPI(lifespan=engine_lifespan(backend=backend)), {})]
+    for app, expected in apps:
+
+        @app.get("/answer")
+        async def answer(request: Request) -> Any:
+            return getattr(request.state, "answer", None)
+
         assert _engine.current_entry() is None
         async with running_lifespan(app) as state:
             entry = _engine.current_entry()
             assert entry is not None and entry.engine.backend == backend
             engine = entry.engine
+            # the inner lifespan's state is what the server keeps, and what requests see
+            assert state == expected
+            assert await _get_json(app, "/answer", state) == expected.get("answer")
         assert engine.closed and _engine.current_entry() is None
     assert events == [f"start:{backend}", "stop"]
-    assert state == {"answer": 42} or state == {}
+
+
+async def _get_json(app: Any, path: str, state: dict[str, Any]) -> Any:
+    """A GET through the ASGI interface with the lifespan state in the scope (as a server
+    passes it; httpx's transport does not)."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+             "query_string": b"", "headers": [], "server": ("t", 80), "client": ("t", 1),
+             "state": dict(state)}
+    body = b""
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal body
+        body += message.get("body", b"")
+
+    await app(scope, receive, send)
+    return json.loads(body)
 
 
 @pytest.mark.asyncio

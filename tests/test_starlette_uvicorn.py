@@ -148,11 +148,13 @@ def test_real_server_client_disconnect_mid_stream(tmp_path: Path) -> None:
     with serving(app) as base, httpx.Client(base_url=base) as client:
         before = client.get("/_stats").json()["completed"]
         host, port = base.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port))) as s:
+        with socket.create_connection((host, int(port)), timeout=10) as s:
             s.sendall(b"GET /huge HTTP/1.1\r\nHost: x\r\n\r\n")
             got = 0
             while got < 256 * 1024:
-                got += len(s.recv(65536))
+                chunk = s.recv(65536)  # raises TimeoutError rather than wait forever
+                assert chunk, f"the server closed the connection after {got} bytes"
+                got += len(chunk)
         # hung up after 256 KiB: the transfer stops, its descriptor closes, nothing in flight
         assert finished.wait(10), "the response did not end after the client left"
         deadline = time.monotonic() + 5
