@@ -14,7 +14,7 @@ import os
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,6 +26,7 @@ RESULTS_DIR = BENCH_DIR / "results"
 
 LOOPS = ("asyncio", "uvloop")
 AIONATIVE_API = ("pread", "available_backends")
+BACKEND_PEERS = ("caio",)    # peers named <kind>-<backend>-<loop>
 JSONDict = dict[str, Any]
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
@@ -44,9 +45,11 @@ class Timing:
 
 @dataclass(frozen=True)
 class System:
-    """A parsed system name: ``sync``, ``<kind>-<loop>``, ``aionative-<backend>-<loop>`` or
-    ``aionative.<helper>-<backend>-<loop>`` (an aionative API other than the workload's main
-    one, e.g. ``aionative.read_bytes-io_uring-asyncio`` in W4; ``kind`` is the first part)."""
+    """A parsed system name: ``sync`` (or ``sync.<variant>``), ``<kind>-<loop>``,
+    ``aionative-<backend>-<loop>``, ``aionative.<helper>-<backend>-<loop>`` (an aionative API
+    other than the workload's main one, e.g. ``aionative.read_bytes-io_uring-asyncio`` in W4),
+    a peer with backends (``caio-<backend>-<loop>``) or fio (``fio-<engine>``: no event loop,
+    the engine as ``backend``); ``kind`` is the first part."""
 
     name: str
     kind: str
@@ -57,14 +60,21 @@ class System:
 def parse_system(name: str) -> System:
     """Split a system name into its parts; raise ValueError for a malformed one."""
     parts = name.split("-")
-    if parts == ["sync"]:
-        return System(name, "sync")
+    if len(parts) == 1 and (name == "sync" or name.startswith("sync.")):
+        return System(name, name)
+    if len(parts) == 2 and parts[0] == "fio":
+        return System(name, "fio", backend=parts[1])
     native = parts[0] == "aionative" or parts[0].startswith("aionative.")
-    if len(parts) == 3 and native and parts[2] in LOOPS:
+    if len(parts) == 3 and (native or parts[0] in BACKEND_PEERS) and parts[2] in LOOPS:
         return System(name, parts[0], loop=parts[2], backend=parts[1])
     if len(parts) == 2 and not native and parts[1] in LOOPS:
         return System(name, parts[0], loop=parts[1])
     raise ValueError(f"malformed system name {name!r}")
+
+
+def is_native(system: System) -> bool:
+    """Whether the system is aionative (its backend is chosen with AIONATIVE_BACKEND)."""
+    return system.kind == "aionative" or system.kind.startswith("aionative.")
 
 
 @dataclass(frozen=True)
@@ -83,13 +93,16 @@ class Variant:
 
     The quick profile is the default ``make bench``, which must stay short, so a workload whose
     full version takes minutes trims itself there: fewer concurrency levels (``readers``), a
-    shorter cell (``timing``), a smaller data file (``file_size``). The CLI's ``--readers``,
-    ``--warmup``, ``--duration`` and ``--file-size`` still override all of them.
+    shorter cell (``timing``), a smaller data file (``file_size``), fewer systems (``systems``:
+    names or prefixes, as ``--systems`` takes them, of the ones available). The CLI's
+    ``--readers``, ``--warmup``, ``--duration``, ``--file-size`` and ``--systems`` still
+    override all of them.
     """
 
     readers: tuple[int, ...] | None = None
     timing: Timing | None = None
     file_size: int | None = None
+    systems: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,8 @@ class Workload:
     ``default_readers``, if set, replaces the CLI's default concurrency levels; ``variants``
     maps a profile name to its ``Variant``. A workload with ``concurrency=False`` (W7: one
     iteration of one file) runs every system once, at N=1, and ignores ``--readers``.
+    ``filesystems`` names the other filesystems it can run on (``W5-tmpfs``: the data in a
+    tmpfs instead of the data dir); ``fs`` is set on such a copy.
     """
 
     name: str
@@ -114,15 +129,28 @@ class Workload:
     default_readers: tuple[int, ...] | None = None
     variants: dict[str, Variant] = field(default_factory=dict)
     concurrency: bool = True
+    filesystems: tuple[str, ...] = ()
+    fs: str | None = None
+
+
+FILESYSTEMS = {"tmpfs": "tmpfs"}   # workload-name suffix -> filesystem type it runs on
 
 
 def load_workload(name: str) -> Workload:
-    """Import ``bench.<name>`` and return its ``WORKLOAD``."""
+    """Import ``bench.<name>`` and return its ``WORKLOAD``; ``<name>-tmpfs`` is the same
+    workload run with its data on a tmpfs (for workloads that declare ``filesystems``)."""
     import importlib
 
-    module = importlib.import_module(f"bench.{name.lower()}")
+    base, _, fs = name.partition("-")
+    module = importlib.import_module(f"bench.{base.lower()}")
     workload: Workload = module.WORKLOAD
-    return workload
+    if not fs:
+        return workload
+    if fs not in workload.filesystems:
+        raise ValueError(f"{workload.name} does not run on {fs!r} "
+                         f"(have: {', '.join(workload.filesystems) or 'its data dir only'})")
+    return replace(workload, name=f"{workload.name}-{fs}", title=f"{workload.title}, on {fs}",
+                   fs=fs)
 
 
 def loop_factory(loop: str) -> LoopFactory:

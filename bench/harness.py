@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO_ROOT, JSONDict, Timing, Workload, parse_system
+from bench import fio
+from bench.common import REPO_ROOT, JSONDict, Timing, Workload, is_native, parse_system
 
 Log = Callable[[str], None]
 WORKER_SLACK_S = 120.0   # process start, setup and teardown beyond warm-up + duration
@@ -39,8 +40,8 @@ def worker_env(system: str | None = None) -> dict[str, str]:
     paths = [str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env.pop("AIONATIVE_BACKEND", None)
-    if system and (backend := parse_system(system).backend):
-        env["AIONATIVE_BACKEND"] = backend
+    if system and is_native(parsed := parse_system(system)) and parsed.backend:
+        env["AIONATIVE_BACKEND"] = parsed.backend
     return env
 
 
@@ -63,8 +64,9 @@ def call_worker(argv: Sequence[str], env: dict[str, str], timeout: float) -> JSO
     return result
 
 
-def probe_environment() -> JSONDict:
-    """Which systems can run, plus ``backend_info()`` of an engine on every aionative backend."""
+def probe_environment(fio_path: str | None = None, fio_error: str | None = None) -> JSONDict:
+    """Which systems can run, plus ``backend_info()`` of an engine on every aionative backend
+    and the fio found by ``bench.fio.ensure`` (or why there is none)."""
     probe = call_worker(["probe"], worker_env(), 60)
     if probe["status"] != "ok":
         raise RuntimeError(f"environment probe failed: {probe}")
@@ -73,6 +75,8 @@ def probe_environment() -> JSONDict:
         info = call_worker(["backend-info"], worker_env(f"aionative-{backend}-asyncio"), 60)
         infos[backend] = info.get("backend_info", info)
     probe["aionative"]["backend_info"] = infos
+    probe["fio"] = {"path": fio_path, "error": fio_error,
+                    "version": fio.version(fio_path) if fio_path else None}
     return probe
 
 

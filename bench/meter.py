@@ -12,24 +12,31 @@ sampler thread of ours inflates the thread count.
 
 CPU time is ``getrusage(RUSAGE_SELF)`` user+sys over the timed window, which covers every
 thread of the process, including the kernel's io_uring workers (``iou-wrk-*``) and any
-thread pool. Peak RSS is the process-lifetime ``ru_maxrss``; peak VSZ (``Passes`` only) is the
-process-lifetime ``VmPeak`` of ``/proc/self/status``.
+thread pool. Peak RSS is the worker's ``VmHWM`` (peak since its ``exec``; see
+``rss_peak_mib``); peak VSZ (``Passes`` only) is the process-lifetime ``VmPeak`` of
+``/proc/self/status``.
 
 Passes: no per-operation hook at all (a per-line call would cost the synchronous line loop
 ~5 %), so the thread census runs at pass boundaries and, in an event loop, from a timer
 callback every ~50 ms: the loop gets control at every await that really waits, which is
 where a thread pool or an io_uring worker does its share. A ``sync`` pass has one thread by
 construction; its boundaries are sampled all the same.
+
+Loop lag (W5, W6): ``LagProbe`` is a ticker task in the loop under load; it awaits
+``asyncio.sleep(LAG_INTERVAL)`` over and over and records lateness = measured interval - 1 ms.
+``with_lag`` runs it alone for ``IDLE_S`` first (the loop's own timer granularity, the idle
+baseline), then alongside the load, and keeps the ticks inside the meter's timed window.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import os
 import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,6 +45,8 @@ from bench.common import JSONDict, Timing
 CHECK_MASK = 15          # look at the clock every 16 operations
 SAMPLE_INTERVAL = 0.05   # seconds between thread censuses
 MIN_PASSES = 3           # timed passes of a fixed-work cell, at the least
+LAG_INTERVAL = 0.001     # the lag ticker's asyncio.sleep
+IDLE_S = 0.25            # ticker alone, before the load: the loop's idle baseline
 StatsFn = Callable[[], dict[str, Any]]
 
 
@@ -63,16 +72,31 @@ def thread_census() -> tuple[int, int]:
     return total, iou
 
 
-def vsz_peak_mib() -> float | None:
-    """The process-lifetime peak virtual size (``VmPeak``), MiB; None where unreadable."""
+def _status_mib(key: bytes) -> float | None:
     try:
         with open("/proc/self/status", "rb") as f:
             for line in f:
-                if line.startswith(b"VmPeak:"):
+                if line.startswith(key):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
     return None
+
+
+def vsz_peak_mib() -> float | None:
+    """The process-lifetime peak virtual size (``VmPeak``), MiB; None where unreadable."""
+    return _status_mib(b"VmPeak:")
+
+
+def rss_peak_mib() -> float:
+    """This process's peak resident set size since its ``exec`` (``VmHWM``), MiB.
+
+    Not ``ru_maxrss``: Linux carries that across ``execve`` from the address space the
+    process had before (with ``vfork``, the parent's), so a worker would report the harness
+    parent's RSS whenever that is larger than its own.
+    """
+    hwm = _status_mib(b"VmHWM:")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 @dataclass(frozen=True)
@@ -174,7 +198,7 @@ class Meter:
             "threads_peak": self._threads_peak,
             "iou_workers_peak": self._iou_peak,
             "thread_samples": self._samples,
-            "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "rss_peak_mib": rss_peak_mib(),
             "engine_stats_delta": stats_delta(start.stats, end.stats),
         }
 
@@ -314,7 +338,80 @@ class Passes:
             "threads_peak": self.census.threads_peak,
             "iou_workers_peak": self.census.iou_peak,
             "thread_samples": self.census.samples,
-            "rss_peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "rss_peak_mib": rss_peak_mib(),
             "vsz_peak_mib": vsz_peak_mib(),
             "engine_stats_delta": stats_delta(start.stats, end.stats),
         }
+
+
+# --------------------------------------------------------------------------- loop lag
+
+
+class LagProbe:
+    """Ticker task: ``await asyncio.sleep(LAG_INTERVAL)`` until stopped, recording lateness."""
+
+    def __init__(self) -> None:
+        self.wakes = array.array("d")
+        self.late = array.array("d")
+        self._stop = False
+
+    async def run(self) -> None:
+        sleep, now, interval = asyncio.sleep, time.perf_counter, LAG_INTERVAL
+        wakes, late = self.wakes, self.late
+        while not self._stop:
+            t0 = now()
+            await sleep(interval)
+            t1 = now()
+            wakes.append(t1)
+            late.append(t1 - t0 - interval)
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def summary(self, lo: float = float("-inf"), hi: float = float("inf")) -> JSONDict:
+        """Lateness percentiles (ms) of the ticks that overlap ``[lo, hi]``: woke after ``lo``
+        and went to sleep before ``hi`` (so a tick the load starved past the window's end
+        still counts)."""
+        interval = LAG_INTERVAL
+        late = sorted(x for t, x in zip(self.wakes, self.late, strict=True)
+                      if t >= lo and t - x - interval <= hi)
+        if not late:
+            return {"p50_ms": None, "p99_ms": None, "max_ms": None, "mean_ms": None,
+                    "samples": 0}
+
+        def pct(q: float) -> float:
+            return late[min(len(late) - 1, int(q * len(late)))] * 1e3
+
+        return {"p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": late[-1] * 1e3,
+                "mean_ms": statistics.fmean(late) * 1e3, "samples": len(late)}
+
+
+async def idle_lag(seconds: float = IDLE_S) -> JSONDict:
+    """The ticker alone in this loop for ``seconds``: the loop's own timer granularity."""
+    probe = LagProbe()
+    task = asyncio.create_task(probe.run())
+    await asyncio.sleep(seconds)
+    probe.stop()
+    await task
+    return probe.summary() | {"seconds": seconds}
+
+
+def lag_fields(summary: JSONDict) -> JSONDict:
+    """Flat ``lag_*`` keys of a LagProbe summary, as the harness and report expect."""
+    return {f"lag_{k}": v for k, v in summary.items()}
+
+
+async def with_lag(measure: Callable[[], Awaitable[Meter]]) -> JSONDict:
+    """Around the timed tasks: idle baseline first, then the ticker alongside the load."""
+    idle = await idle_lag()
+    probe = LagProbe()
+    ticker = asyncio.create_task(probe.run())
+    try:
+        meter = await measure()
+    finally:
+        probe.stop()
+        await ticker
+    result = meter.result()
+    window = meter.window
+    assert window is not None
+    return result | lag_fields(probe.summary(*window)) | {"lag_idle": idle}

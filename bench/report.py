@@ -21,7 +21,7 @@ from bench.meter import MIN_PASSES
 Cell = JSONDict
 Fmt = Callable[[Cell, int], str]
 DASH = "—"
-RATIO_BASES = ("sync", "aiofiles-asyncio")
+RATIO_BASES = ("sync", "aiofiles-asyncio", "fio-io_uring")
 INFO_COMMON = {"kernel", "available", "requested", "requested_by", "active", "rejected"}
 
 
@@ -133,7 +133,9 @@ def _has_lag(doc: JSONDict) -> bool:
 def _lag(c: Cell, n: int) -> str:
     if c.get("lag_p99_ms") is None:
         return "n/a"
-    return " / ".join(_ms(c[k]) for k in ("lag_p50_ms", "lag_p99_ms", "lag_max_ms"))
+    samples = [r["lag_samples"] for r in c["runs"] if r.get("lag_samples")]
+    ticks = f" ({statistics.median(samples):.0f})" if samples else ""
+    return " / ".join(_ms(c[k]) for k in ("lag_p50_ms", "lag_p99_ms", "lag_max_ms")) + ticks
 
 
 def _ms(v: float) -> str:
@@ -146,8 +148,9 @@ def _lag_notes(doc: JSONDict) -> list[str]:
     """How loop lag is measured, and the idle baseline of each event loop."""
     notes = [("Loop lag: a ticker task in the same event loop repeatedly awaits "
               "`asyncio.sleep(0.001)`; lag is each measured interval minus 1 ms, over the timed "
-              "window (p50 / p99 / max, ms; max is the largest over repeats). `n/a`: no event "
-              "loop to measure.")]
+              "window (p50 / p99 / max, ms; max is the largest over repeats; in brackets the "
+              "ticks measured, median over repeats: a starved loop ticks rarely). `n/a`: no "
+              "event loop to measure.")]
     idle: dict[str, list[JSONDict]] = {}
     for c in doc["cells"]:
         for r in c["runs"]:
@@ -195,19 +198,35 @@ def _commit(git: JSONDict | None) -> str | None:
 
 
 def _notes(doc: JSONDict) -> list[str]:
-    notes = [f"¹ `{s}`: one thread and no event loop, so N does not apply: measured once, "
-             "shown in every column." for s in doc["concurrency_free"] if s in _measured(doc)]
+    notes = [f"¹ `{s}`: " + ("fio's psync engine is synchronous (one I/O at a time) whatever "
+                             "N" if s.startswith("fio-") else "one thread and no event loop, so "
+                             "N does not apply") + ": measured once, shown in every column."
+             for s in doc["concurrency_free"] if s in _measured(doc)]
     notes += [f"² `{s}`: {note}" for s, note in _partial(doc).items()]
     if _passes(doc):
         notes.append("CPU is process user+sys time over the timed passes, all threads "
                      "included; CPU % is that over wall time (200 % = two CPUs busy). Threads are "
                      "the peak of /proc/self/task sampled at pass boundaries and, in an event "
                      "loop, every ~50 ms; `iou` counts kernel io_uring workers among them. RSS "
-                     "and VSZ are the process-lifetime peaks (ru_maxrss, VmPeak).")
+                     "and VSZ are the worker's peaks (VmHWM, VmPeak).")
     else:
         notes.append("CPU is process user+sys time over the timed window, all threads "
                      "included. Threads are the peak of /proc/self/task sampled every ~50 ms; "
-                     "`iou` counts kernel io_uring workers among them.")
+                     "`iou` counts kernel io_uring workers among them. RSS is the worker's "
+                     "peak (VmHWM).")
+    fio_cells = [c for c in doc["cells"] if c["system"].startswith("fio-")]
+    if fio_cells and "cpu" not in (fio_cells[0]["runs"][0].get("info") or {}):
+        notes.append("fio rows: IOPS and CPU (usr+sys) from fio's own JSON over its timed "
+                     "runtime (after a ramp as long as the cells' warm-up), `--invalidate=0 "
+                     "--norandommap`, one job. fio's CPU is its job thread's (RUSAGE_THREAD): "
+                     "it misses work io_uring hands to its kernel workers (buffered writes). "
+                     "Threads: the job's one; RSS not measured.")
+    elif fio_cells:
+        notes.append("fio rows: IOPS from fio's JSON over its timed runtime (after a ramp as "
+                     "long as the cells' warm-up), `--invalidate=0 --norandommap`, one job; CPU: "
+                     "the fio process tree's over ramp + runtime (fio's own figure, its job "
+                     "thread's, misses io_uring's kernel workers); threads: the job's one; RSS "
+                     "not measured.")
     for backend, info in doc["probe"]["aionative"].get("backend_info", {}).items():
         notes.append(f"aionative `{backend}` backend_info: `{_compact(info)}`")
     if _has_lag(doc):
@@ -282,7 +301,7 @@ def render(doc: JSONDict) -> str:
     if _passes(doc):
         lines += _table(doc, "CPU utilisation (% of one CPU)", _cpu_util)
     lines += _table(doc, "Peak threads (of which kernel io_uring workers)", _threads)
-    lines += _table(doc, "Peak RSS (MiB)", lambda c, n: f"{c['rss_peak_mib']:.0f}")
+    lines += _table(doc, "Peak RSS (MiB)", _mib("rss_peak_mib"))
     if any("vsz_peak_mib" in c for c in doc["cells"]):
         lines += _table(doc, "Peak VSZ (MiB)", _mib("vsz_peak_mib"))
     if engine_rows := [s for s in _measured(doc) if s in _engine_rows(doc)]:

@@ -6,14 +6,15 @@ handles, and one warm-up read per task, happen in the untimed ``setup``; closing
 untimed ``teardown``. pytest-benchmark's statistics are therefore per 2000-read batch:
 divide 2000 by the mean for reads/s (also stored in ``extra_info``).
 
-Run from the repository root: ``pytest bench/ --benchmark-only``. Systems that cannot run
-here (aionative not built, a backend or uvloop missing) are skipped, not failed.
+Systems: sync, aionative on every backend and loop, and the peers (executor, aiofiles, anyio,
+caio, aiofile; see ``bench.clients``). Run from the repository root: ``pytest bench/
+--benchmark-only``. Systems that cannot run here (aionative not built, a backend, uvloop or a
+peer missing) are skipped, not failed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +28,7 @@ from bench.common import (
     loop_factory,
     parse_system,
 )
-from bench.conftest import aionative_params
+from bench.conftest import op_params
 from bench.meter import Quota
 from bench.w1 import READ
 
@@ -39,9 +40,7 @@ ROUNDS = 20
 WARMUP_ROUNDS = 2
 
 
-SYSTEMS = [pytest.param("sync", id="sync"), *aionative_params("aionative"),
-           pytest.param("executor-asyncio", id="executor-asyncio"),
-           pytest.param("aiofiles-asyncio", id="aiofiles-asyncio")]
+SYSTEMS = op_params()
 
 
 @pytest.fixture
@@ -49,7 +48,7 @@ def target(hot_params: JSONDict) -> Iterator[Target]:
     """The open hot file and its offset pool; closed after the test."""
     tgt = open_target(hot_params)
     yield tgt
-    os.close(tgt.fd)
+    tgt.close()
 
 
 def _open_round(system: System, target: Target) -> tuple[asyncio.Runner, Client]:

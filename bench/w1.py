@@ -6,13 +6,18 @@ figures expose each system's own overhead per read: thread hops for aiofiles and
 ``os.pread`` loop (``sync``) is the single-thread ceiling: it blocks the loop, so it is not a
 usable asyncio design, but nothing async can beat it by much on a hot cache.
 
-Systems (each cell in its own worker process):
+Systems (each cell in its own worker process; how each peer reads: ``bench.clients``):
 
 - ``aionative-<backend>-<loop>``: N tasks, each ``await aionative.pread(fd, 4096, off)``.
-- ``aiofiles-<loop>``: N tasks, each with its own ``aiofiles.open(path, "rb")`` handle doing
-  ``await f.seek(off); await f.read(4096)`` (how aiofiles users read at an offset).
+- ``aiofiles-<loop>`` / ``anyio-<loop>``: N tasks, each with its own ``aiofiles.open(path,
+  "rb")`` / ``anyio.open_file(path, "rb")`` handle doing ``await f.seek(off); await
+  f.read(4096)`` (how their users read at an offset: neither has a positional read).
 - ``executor-<loop>``: ``await loop.run_in_executor(None, os.pread, fd, 4096, off)``.
+- ``caio-<backend>-<loop>``: ``await ctx.read(4096, fd, off)`` on a caio ``AsyncioContext``.
+- ``aiofile-<loop>``: ``await afp.read_bytes(4096, off)`` on one ``aiofile.AIOFile``.
 - ``sync``: ``os.pread`` in a loop on one thread, no event loop; N does not apply.
+- ``fio-<engine>``: fio ``--rw=randread --bs=4k --iodepth=N`` on the same file (``psync``:
+  depth 1, once), the C limit (``bench.fio``).
 
 Offsets are 4 KiB-aligned, drawn from a seeded RNG into a pool before timing; reader i starts
 at its own place in the pool so readers do not read the same blocks in lockstep.
@@ -23,8 +28,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from bench.clients import BLOCK, Client, Op, Target, default_systems, open_target, prepare_file
-from bench.common import JSONDict, PrepareConfig, System, Timing, Workload
+from bench import fio
+from bench.clients import (
+    BLOCK,
+    Client,
+    Op,
+    Target,
+    const,
+    default_systems,
+    open_target,
+    prepare_file,
+)
+from bench.clients import run_cell as run_cell_on
+from bench.common import JSONDict, PrepareConfig, System, Timing, Variant, Workload
 from bench.meter import Pacer
 
 DEFAULT_FILE_SIZE = 1 << 30
@@ -42,13 +58,13 @@ async def verify(client: Client, target: Target) -> None:
         raise RuntimeError(f"wrong data at offset {off} ({len(got)} bytes)")
 
 
-async def aiofiles_read(f: Any, target: Target, off: int) -> bytes:
+async def handle_read(f: Any, target: Target, task: int, off: int) -> bytes:
     await f.seek(off)
     data: bytes = await f.read(BLOCK)
     return data
 
 
-async def aiofiles_reader(f: Any, target: Target, start: int, pacer: Pacer) -> None:
+async def handle_reader(f: Any, target: Target, task: int, start: int, pacer: Pacer) -> None:
     offs, mask, tick = target.offsets, target.mask, pacer.tick
     j = start
     while True:
@@ -59,9 +75,16 @@ async def aiofiles_reader(f: Any, target: Target, start: int, pacer: Pacer) -> N
             return
 
 
-READ = Op(workload="W1", name="pread", arg=lambda target: BLOCK, verify=verify,
-          aiofiles_mode="rb", aiofiles_one=aiofiles_read, aiofiles_loop=aiofiles_reader,
-          aiofiles_info={"handles": "one per reader"})
+READ = Op(workload="W1", os_fn=os.pread, os_arg=const(BLOCK), native_name="pread",
+          native_arg=const(BLOCK), peer_name="read", peer_arg=const(BLOCK), verify=verify,
+          handle_mode="rb", handle_one=handle_read, handle_loop=handle_reader,
+          handle_info={"handles": "one per reader", "per_read": "seek + read"})
+
+
+def fio_job(params: JSONDict, readers: int, direct: bool = False) -> fio.Job:
+    """fio reading 4 KiB at uniform random offsets of the same file, depth ``readers``."""
+    return fio.Job([params["path"]], "randread", BLOCK, params["file_size"], readers,
+                   direct=direct)
 
 
 # --------------------------------------------------------------------------- runs
@@ -69,14 +92,13 @@ READ = Op(workload="W1", name="pread", arg=lambda target: BLOCK, verify=verify,
 
 def run_cell(system: System, readers: int, params: JSONDict, timing: Timing) -> JSONDict:
     """Worker entry: measure ``system`` with ``readers`` concurrent readers."""
+    if system.kind == "fio":
+        return fio.run(params.get("fio"), system.backend or "", fio_job(params, readers), timing)
     target = open_target(params)
     try:
-        if system.kind == "sync":
-            return (READ.measure_sync(target, timing)
-                    | {"info": {"note": "one thread, no event loop; N ignored"}})
-        return READ.measure_async(system, readers, target, timing)
+        return run_cell_on(READ, system, readers, target, timing)
     finally:
-        os.close(target.fd)
+        target.close()
 
 
 # --------------------------------------------------------------------------- parent side
@@ -94,5 +116,6 @@ WORKLOAD = Workload(
     prepare=prepare,
     default_systems=default_systems,
     run_cell=run_cell,
-    concurrency_free=frozenset({"sync"}),
+    concurrency_free=frozenset({"sync"}) | fio.CONCURRENCY_FREE,
+    variants={"quick": Variant(readers=(1, 64), timing=Timing(warmup=0.1, duration=0.5))},
 )

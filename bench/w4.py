@@ -223,5 +223,8 @@ WORKLOAD = Workload(
     run_cell=run_cell,
     concurrency_free=frozenset({"sync"}),
     default_readers=(1, 6, 12, 24),
-    variants={"quick": Variant(readers=(1, 24), timing=Timing(warmup=0.1, duration=1.0))},
+    variants={"quick": Variant(readers=(1, 24), timing=Timing(warmup=0.1, duration=0.6),
+                               systems=("sync", "aionative-io_uring", "aionative-linux_aio",
+                                        "aionative.read_bytes-io_uring",
+                                        "aionative.read_bytes-linux_aio", "aiofiles"))},
 )

@@ -208,5 +208,8 @@ WORKLOAD = Workload(
     default_systems=default_systems,
     run_cell=run_cell,
     concurrency=False,
-    variants={"quick": Variant(file_size=QUICK_FILE_SIZE)},
+    variants={"quick": Variant(file_size=QUICK_FILE_SIZE,
+                               timing=Timing(warmup=0.1, duration=0.6),
+                               systems=("sync", "aionative-io_uring", "aionative-linux_aio",
+                                        "aiofiles-asyncio"))},
 )

@@ -47,7 +47,7 @@ def _package_probe(module: str) -> JSONDict:
 
 
 def probe() -> JSONDict:
-    """What this interpreter can run: aionative and its backends, uvloop, aiofiles."""
+    """What this interpreter can run: aionative and its backends, uvloop, aiofiles, peers."""
     try:
         mod = import_aionative()
         native: JSONDict = {"ok": True, "error": None,
@@ -58,7 +58,25 @@ def probe() -> JSONDict:
         native = {"ok": False, "error": str(exc), "backends": [], "version": None}
     return {"python": platform.python_version(), "executable": sys.executable,
             "aionative": native, "uvloop": _package_probe("uvloop"),
-            "aiofiles": _package_probe("aiofiles")}
+            "aiofiles": _package_probe("aiofiles"),
+            "peers": {"anyio": _package_probe("anyio"), "caio": _caio_probe(),
+                      "aiofile": _package_probe("aiofile")}}
+
+
+def _caio_probe() -> JSONDict:
+    """caio, and which of its kernel backends set up a context here (None: it works)."""
+    probe = _package_probe("caio")
+    if not probe["ok"]:
+        return probe
+    backends: dict[str, str | None] = {}
+    for name, module in (("io_uring", "caio.linux_uring"), ("linux_aio", "caio.linux_aio")):
+        try:
+            mod = __import__(module, fromlist=["Context"])
+            mod.Context(max_requests=8)   # freed when collected; no close()
+            backends[name] = None
+        except Exception as exc:  # noqa: BLE001 - any failure means "cannot run here"
+            backends[name] = f"caio {module} unavailable: {exc!r}"
+    return probe | {"backends": backends}
 
 
 async def _backend_info() -> JSONDict:
