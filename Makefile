@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install build debug asan test soak bench bench-pytest docs lint typecheck clean
+.PHONY: help install build debug asan test soak fuzz bench bench-pytest bench-http docs lint typecheck clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,11 +40,19 @@ test: build ## run the test suite on every available backend, on asyncio and uvl
 soak: build ## the stress/soak test at full length: one million operations per backend and loop
 	AIONATIVE_SOAK_OPS=1000000 $(PY) -m pytest -q -s tests/test_soak.py --timeout 3600 $(PYTEST_ARGS)
 
-bench: build ## the benchmark comparison: aionative vs aiofiles vs executor vs sync (table, JSON)
+FUZZ_EXAMPLES ?= 20000
+fuzz: build ## the fuzz targets at length: FUZZ_EXAMPLES (20000) sequences per machine, backend and loop
+	AIONATIVE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) AIONATIVE_FUZZ_RANDOM=1 AIONATIVE_SIGNAL_SECONDS=30 $(PY) -m pytest -q -s \
+	 tests/test_fuzz.py tests/test_signals.py --timeout 0 -p no:randomly $(PYTEST_ARGS)
+
+bench: build ## the benchmark suite, quick profile (< 3 min): aionative vs peers, sync and fio (tables, JSON, docs/img PNGs)
 	$(PY) -m bench
 
 bench-pytest: build ## the pytest-benchmark suite
 	$(PY) -m pytest bench/ --benchmark-only -p no:randomly
+
+bench-http: build ## HTTP load (wrk): aionative vs Starlette FileResponse vs aiofiles, uvicorn+uvloop
+	$(PY) -m bench.http_load
 
 docs: $(STAMP) ## build the documentation site into site/ (mkdocs)
 	$(PY) -m pip install -q 'mkdocs>=1.6'
