@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import collections
+import errno
 import io
 import os
 import stat
@@ -603,14 +604,15 @@ class AsyncBase(Generic[S]):
         (``os.pwrite`` on the descriptor, continued until everything is written)."""
         raw = self._raw
         if raw is None:
-            return await self._in_executor(_write_all, self.fileno(), bytes(data), offset)
+            data, offset = _pwrite_args(data, offset)
+            return await self._in_executor(_write_all, self.fileno(), data, offset)
         raw._check("w")
+        data, offset = _pwrite_args(data, offset)
+        if not data:
+            return 0  # os.pwrite of nothing changes nothing, wherever it is aimed
         if not self._try_lock():
             await self._lock()
         try:
-            data = bytes(data)
-            if offset < 0:
-                raise OSError(22, os.strerror(22))
             if raw.kind != STREAM:
                 raw._overlay(offset, data)
                 raw.size = max(raw.size, offset + len(data))
@@ -1245,6 +1247,21 @@ class AsyncTextIOWrapper(AsyncBase[str]):
 
 def _is_block(mode: int) -> bool:
     return stat.S_ISBLK(mode)
+
+
+def _pwrite_args(data: Any, offset: Any) -> tuple[bytes, int]:
+    """``os.pwrite``'s argument conversions, before anything is staged: a contiguous
+    bytes-like object (TypeError, BufferError) and an offset that fits ``off_t``
+    (``__index__``; TypeError, OverflowError; EINVAL when negative)."""
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise BufferError("memoryview: underlying buffer is not C-contiguous")
+    offset = index(offset)
+    if not -(1 << 63) <= offset < 1 << 63:
+        raise OverflowError("Python int too large to convert to C long")
+    if offset < 0:
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+    return view.tobytes(), offset
 
 
 def _write_all(fd: int, data: bytes, off: int) -> int:

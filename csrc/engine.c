@@ -540,6 +540,8 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
     /* Checked after the conversions: __index__ is Python code. */
     if (!engine_usable(e))
         return NULL;
+    if (fast && size == 0)
+        return inline_empty_read(e, fd, off) < 0 ? NULL : PyBytes_FromStringAndSize(NULL, 0);
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, size);
     if (!bytes)
         return NULL;
@@ -592,6 +594,10 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     if (!engine_usable(e)) {
         PyBuffer_Release(&view);
         return NULL;
+    }
+    if (fast && view.len == 0) {
+        PyBuffer_Release(&view);
+        return inline_empty_read(e, fd, off) < 0 ? NULL : PyLong_FromLong(0);
     }
     uint64_t got = 0;
     int ok = fast && view.len <= INLINE_MAX ? inline_allowed(e, fd) : 0;

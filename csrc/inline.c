@@ -84,6 +84,21 @@ int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint6
     return 0;
 }
 
+/* A read of nothing: one pread(2) of 0 bytes, which reports what os.pread reports (EISDIR, EBADF
+ * on a write-only descriptor, ESPIPE, ...) and returns at once — preadv2 and the kernel queue
+ * would both skip the file's read method for an empty request and say 0. */
+int inline_empty_read(engine_t *e, int fd, int64_t off)
+{
+    char byte;
+    e->st.syscalls++;
+    if (pread(fd, &byte, 0, off) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    e->st.inline_hits++;
+    return 0;
+}
+
 /* Filesystems whose close(2) of a file opened read-only never waits: no ->flush method
  * (io_uring sends a close to a worker when the file has one: NFS, FUSE, CIFS, overlayfs). */
 static int local_fs(int fd)
