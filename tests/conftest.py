@@ -92,6 +92,17 @@ def cold_file(path: Path, size: int) -> tuple[int, bytes]:
     return fd, data
 
 
+def open_fds_to(path: Path) -> int:
+    """How many of this process's descriptors are open on ``path``."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        except OSError:
+            pass
+    return n
+
+
 def _counters() -> dict[str, int]:
     if _backend._core is None:
         return {}

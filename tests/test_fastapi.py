@@ -33,22 +33,14 @@ from aionative.fastapi import (
     stream_file,
 )
 
+from .conftest import open_fds_to
+
 pytestmark = pytest.mark.usefixtures("backend")
 REPO = Path(__file__).resolve().parent.parent
 
 
 def client(app: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test")
-
-
-def open_fds_to(path: Path) -> int:
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}") == str(path)
-        except OSError:
-            pass
-    return n
 
 
 class CountingExecutor(concurrent.futures.ThreadPoolExecutor):

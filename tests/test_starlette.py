@@ -37,6 +37,8 @@ import aionative.starlette
 from aionative import _kernelops
 from aionative.starlette import FileResponse, StaticFiles, _parse_range, _Unsatisfiable
 
+from .conftest import open_fds_to
+
 pytestmark = pytest.mark.usefixtures("backend")
 
 CHUNK = FileResponse.chunk_size
@@ -310,17 +312,6 @@ def append(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def _open_fds_to(path: Path) -> int:
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
-                n += 1
-        except OSError:
-            pass
-    return n
-
-
 @pytest.mark.asyncio
 async def test_pathsend_when_the_server_offers_it(files: Path) -> None:
     scope = {"extensions": {"http.response.pathsend": {}}}
@@ -330,7 +321,7 @@ async def test_pathsend_when_the_server_offers_it(files: Path) -> None:
         theirs = await _call(StarletteFileResponse(path), scope)
         assert ours == theirs
         assert ours[-1] == {"type": "http.response.pathsend", "path": str(path)}
-        assert _open_fds_to(path) == 0
+        assert open_fds_to(path) == 0
     # a range is read and sent by the response itself, as Starlette does
     ranged = {**scope, "headers": [(b"range", b"bytes=0-9")]}
     ours = await _call(FileResponse(files / "big.bin"), ranged)
@@ -342,7 +333,7 @@ async def test_pathsend_when_the_server_offers_it(files: Path) -> None:
         assert all(m["type"] != "http.response.pathsend" for m in ours)
         body = b"".join(m["body"] for m in ours if m["type"] == "http.response.body")
         assert body == (files / name).read_bytes()
-        assert _open_fds_to(files / name) == 0
+        assert open_fds_to(files / name) == 0
 
 
 @pytest.mark.asyncio
@@ -382,7 +373,7 @@ async def test_client_disconnect_mid_stream(files: Path, spec: str) -> None:
         await asyncio.wait_for(_call(response, scope, receive, hook), 5)
         assert ran == [True]  # Starlette runs the background task after a disconnect too
     assert len(bodies) == 2 and b"".join(bodies) == path.read_bytes()[:2 * CHUNK]
-    assert _open_fds_to(path) == 0
+    assert open_fds_to(path) == 0
     assert aionative.engine_stats()["in_flight"] == 0
 
 
@@ -459,12 +450,12 @@ async def test_cancelled_while_reading_closes_after_the_read(files: Path,
     task.cancel()
     for _ in range(20):
         await asyncio.sleep(0)
-    assert not task.done() and _open_fds_to(path) == 1  # waiting for the read, still open
+    assert not task.done() and open_fds_to(path) == 1  # waiting for the read, still open
     gated.gate.set()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert len(gated.reads[1].result()) == CHUNK  # the read saw the file, not a closed number
-    assert _open_fds_to(path) == 0
+    assert open_fds_to(path) == 0
     await asyncio.gather(*gated.tasks)
     assert aionative.engine_stats()["in_flight"] == 0
 
@@ -495,7 +486,7 @@ async def test_file_changing_size_while_served(files: Path) -> None:
 
     with pytest.raises(RuntimeError, match="shorter than expected"):
         await _call(FileResponse(path), {}, None, shrink)
-    assert _open_fds_to(path) == 0
+    assert open_fds_to(path) == 0
     assert aionative.engine_stats()["in_flight"] == 0
 
     # Shrunk between the stat and the first read: nothing was sent, so it is a plain error
@@ -652,9 +643,9 @@ async def test_unsent_response_closes_its_descriptor(files: Path) -> None:
     static = StaticFiles(directory=files)
     scope = {"type": "http", "method": "GET", "headers": [], "path": "/big.bin"}
     response = await static.get_response("big.bin", scope)
-    assert isinstance(response, FileResponse) and _open_fds_to(files / "big.bin") == 1
+    assert isinstance(response, FileResponse) and open_fds_to(files / "big.bin") == 1
     del response
-    assert _open_fds_to(files / "big.bin") == 0
+    assert open_fds_to(files / "big.bin") == 0
 
 
 # ---------------------------------------------------------------- StaticFiles
@@ -821,7 +812,7 @@ async def test_static_special_files_as_starlette(tree: Path) -> None:
                     assert await _static_status(ours, path) == expected, (html, follow, path)
                     if path in ("/sock", "/fifo", "/link_to_sock"):
                         assert expected == 404  # 404.html's status in html mode
-                assert _open_fds_to(static / "fifo") == 0
+                assert open_fds_to(static / "fifo") == 0
     finally:
         sock.close()
 
@@ -839,7 +830,7 @@ async def test_static_unencodable_path_leaves_no_descriptor(tree: Path) -> None:
                 await _call(app, scope)
             assert info.value.status_code == 404
         await asyncio.sleep(0.05)  # anything submitted has completed by now
-        assert _open_fds_to(static) == 0 and _open_fds_to(static / "sub") == 0
+        assert open_fds_to(static) == 0 and open_fds_to(static / "sub") == 0
 
 
 @pytest.mark.asyncio
@@ -932,7 +923,7 @@ async def test_static_symlink_swapped_in_during_the_request(tree: Path,
             assert status == 404
         else:
             assert (status, body) == (200, original), moment
-        assert _open_fds_to(tree / "secret.txt") == 0
+        assert open_fds_to(tree / "secret.txt") == 0
 
 
 _AS_ANOTHER_USER = r"""

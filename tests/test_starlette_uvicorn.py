@@ -35,6 +35,8 @@ from tests.test_starlette import (  # noqa: F401 - tree is a fixture
     tree,
 )
 
+from .conftest import open_fds_to
+
 pytestmark = pytest.mark.usefixtures("backend")
 
 IGNORED = {b"date", b"server"}
@@ -62,16 +64,6 @@ def serving(app: Any) -> Iterator[str]:
         thread.join(10)
         sock.close()
         assert not thread.is_alive()
-
-
-def open_fds_to(path: Path) -> int:
-    n = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            n += os.readlink(f"/proc/self/fd/{fd}") == str(path)
-        except OSError:
-            pass
-    return n
 
 
 async def stats(request: Request) -> Response:
