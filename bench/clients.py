@@ -206,6 +206,11 @@ def const(value: Any) -> ArgFn:
     return lambda target, task: value
 
 
+def payload(target: Target, task: int) -> bytes:
+    """The write workloads' argument: the target's payload."""
+    return target.payload
+
+
 @dataclass(frozen=True)
 class Op:
     """One workload's operation, as each system spells it (see the module docstring).

@@ -48,7 +48,7 @@ import time
 from typing import Any
 
 from bench import clients, fio
-from bench.clients import BLOCK, Client, Op, Target, default_systems, prepare_file
+from bench.clients import BLOCK, Client, Op, Target, default_systems, payload, prepare_file
 from bench.common import JSONDict, PrepareConfig, System, Timing, Variant, Workload
 from bench.meter import IDLE_S, LAG_INTERVAL, LagProbe, Pacer, lag_fields, with_lag
 
@@ -93,12 +93,8 @@ async def handle_writer(f: Any, target: Target, task: int, start: int, pacer: Pa
             return
 
 
-def _payload(target: Target, task: int) -> bytes:
-    return target.payload
-
-
-WRITE = Op(workload="W5", os_fn=os.pwrite, os_arg=_payload, native_name="pwrite",
-           native_arg=_payload, peer_name="write", peer_arg=_payload, verify=verify,
+WRITE = Op(workload="W5", os_fn=os.pwrite, os_arg=payload, native_name="pwrite",
+           native_arg=payload, peer_name="write", peer_arg=payload, verify=verify,
            handle_mode="r+b", handle_one=handle_write, handle_loop=handle_writer,
            handle_info={"handles": "one per writer, r+b", "per_write": "seek + write + flush"})
 

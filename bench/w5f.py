@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from bench import fio
-from bench.clients import Client, Op, Target, default_systems
+from bench.clients import Client, Op, Target, default_systems, payload
 from bench.clients import run_cell as run_cell_on
 from bench.common import (
     JSONDict,
@@ -90,12 +90,8 @@ async def handle_writer(f: Any, target: Target, task: int, start: int, pacer: Pa
         await f.flush()
 
 
-def _payload(target: Target, task: int) -> bytes:
-    return target.payload
-
-
-WRITE = Op(workload="W5F", os_fn=os.pwrite, os_arg=_payload, native_name="pwrite",
-           native_arg=_payload, peer_name="write", peer_arg=_payload, verify=verify,
+WRITE = Op(workload="W5F", os_fn=os.pwrite, os_arg=payload, native_name="pwrite",
+           native_arg=payload, peer_name="write", peer_arg=payload, verify=verify,
            handle_mode="r+b", handle_one=handle_write, handle_loop=handle_writer,
            handle_info={"handles": "one per file, r+b", "per_chunk": "write(1 MiB)"})
 
