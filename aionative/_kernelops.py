@@ -83,7 +83,21 @@ def stat_result(t: tuple[int, ...]) -> os.stat_result:
 
 async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
                   dir_fd: int | None = None) -> int:
-    """``os.open``: the new descriptor is non-inheritable, as ``os.open`` makes it."""
+    """``os.open``: the new descriptor is non-inheritable, as ``os.open`` makes it.
+
+    A path whose every component is in the dentry cache is opened inside the call (no kernel
+    round trip), within the loop's cooperative budget; native backends only."""
+    cached = get_engine()
+    if not isinstance(cached, ThreadsEngine):
+        bpath = os.fsencode(path)
+        res = cached.open_cached(_dirfd(dir_fd), bpath, flags)
+        while res is False:  # this iteration's budget is spent: a turn renews it
+            await asyncio.sleep(0)
+            cached = get_engine()
+            res = (None if isinstance(cached, ThreadsEngine) else
+                   cached.open_cached(_dirfd(dir_fd), bpath, flags))
+        if res is not None:
+            return int(res)
     eng = _native("openat")
     if eng is None:
         loop = asyncio.get_running_loop()
@@ -103,9 +117,10 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
         None, functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)))
 
 
-def opens_natively() -> bool:
-    """Whether ``open_fd`` is a kernel operation here (io_uring's ``openat``)."""
-    return _native("openat") is not None
+def opens_nonblocking() -> bool:
+    """Whether ``open_fd`` may open with ``O_NONBLOCK`` first, as io_uring's ``openat`` and
+    the inline open do (so a FIFO opened for reading has not waited for a writer)."""
+    return not isinstance(get_engine(), ThreadsEngine)
 
 
 async def wait_readable(fd: int) -> None:
@@ -128,7 +143,11 @@ async def wait_readable(fd: int) -> None:
 
 
 async def close_fd(fd: int) -> None:
-    """``os.close``."""
+    """``os.close``. A descriptor whose close cannot wait (see ``Engine.close_cached``) is
+    closed inside the call."""
+    cached = get_engine()
+    if not isinstance(cached, ThreadsEngine) and cached.close_cached(fd):
+        return
     eng = _native("close")
     if eng is None:
         return await _in_thread(os.close, fd)

@@ -64,6 +64,26 @@ def validate(file: Any, mode: str, buffering: int, encoding: str | None, errors:
     raise AssertionError("unreachable: io.open returned without calling its opener")
 
 
+_flags_seen: dict[tuple[Any, ...], int] = {}
+
+
+def _flags(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
+           newline: str | None, closefd: bool) -> int:
+    """``validate``'s flags, remembered for a ``str`` path: once a set of arguments has been
+    accepted with one, the next ``str`` path without a NUL is accepted with the same flags."""
+    if type(file) is not str or "\0" in file:
+        return validate(file, mode, buffering, encoding, errors, newline, closefd)
+    key = (mode, type(buffering), buffering, encoding, errors, newline, closefd)  # 1 == 1.0
+    try:
+        return _flags_seen[key]
+    except (KeyError, TypeError):  # TypeError: an unhashable argument, refused just below
+        pass
+    flags = validate(file, mode, buffering, encoding, errors, newline, closefd)
+    if len(_flags_seen) < 256:
+        _flags_seen[key] = flags
+    return flags
+
+
 def _is_fd(file: Any) -> bool:
     return isinstance(file, int)
 
@@ -122,7 +142,7 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
                     executor: Executor | None = None, direct: bool = False) -> AsyncBase[Any]:
     if not isinstance(mode, str):
         raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
-    flags = validate(file, mode, buffering, encoding, errors, newline, closefd)
+    flags = _flags(file, mode, buffering, encoding, errors, newline, closefd)
     if direct:
         # O_DIRECT, with append emulated: the kernel would append at an unaligned end. Writes
         # of partial blocks read them first, so the descriptor is read-write (the file object
@@ -131,7 +151,7 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
         if flags & os.O_ACCMODE == os.O_WRONLY:
             flags = flags & ~os.O_ACCMODE | os.O_RDWR
     name: Any
-    native_open = False
+    nonblocking_open = False
     if isinstance(file, int):
         fd = index(file)
         if fd < 0:
@@ -149,11 +169,11 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
                 raise ValueError(f"opener returned {fd}")
         else:
             fd = await _k.open_fd(name, flags, 0o666)
-            native_open = _k.opens_natively()
+            nonblocking_open = _k.opens_nonblocking()
         owned = True
     try:
         f = await _build(fd, name, mode, buffering, encoding, errors, newline, closefd,
-                         loop, executor, native_open and flags & os.O_ACCMODE == os.O_RDONLY)
+                         loop, executor, nonblocking_open and flags & os.O_ACCMODE == os.O_RDONLY)
         if direct:
             if not owned:  # the caller's descriptor: switch it to O_DIRECT (fcntl allows it)
                 fl = fcntl.fcntl(fd, fcntl.F_GETFL)

@@ -844,6 +844,30 @@ static PyObject *Engine_read_file(engine_t *e, PyObject *args)
     return inline_read_file(e, dirfd, path);
 }
 
+/* open_cached(dirfd, path: bytes, flags) -> int | False | None (see inline_open) */
+static PyObject *Engine_open_cached(engine_t *e, PyObject *args)
+{
+    int dirfd, flags;
+    const char *path;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "iy#i:open_cached", &dirfd, &path, &len, &flags) ||
+        !engine_usable(e))
+        return NULL;
+    if ((size_t)len != strlen(path))
+        Py_RETURN_NONE;  /* an embedded NUL: the queue's openat raises what os.open does */
+    return inline_open(e, dirfd, path, flags);
+}
+
+/* close_cached(fd) -> bool (see inline_close) */
+static PyObject *Engine_close_cached(engine_t *e, PyObject *arg)
+{
+    int fd;
+    if (parse_fd(arg, &fd) < 0 || !engine_usable(e))
+        return NULL;
+    int r = inline_close(e, fd);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
 /* fallocate(fd, mode, offset, length) / ftruncate(fd, length) -> Future[None] */
 static PyObject *Engine_fallocate(engine_t *e, PyObject *args)
 {
@@ -1393,6 +1417,14 @@ static PyMethodDef Engine_methods[] = {
      "inline when the dentry and page caches hold it (bytes); else a descriptor opened inline "
      "for the caller to read and close (int), False when the iteration's budget is spent "
      "(yield, then try again), or None (nothing opened)"},
+    {"open_cached", (PyCFunction)Engine_open_cached, METH_VARARGS,
+     "open_cached(dirfd, path: bytes, flags) -> int | False | None: open(2) inline when the "
+     "dentry cache holds every component of the path (int: the descriptor), False when the "
+     "iteration's budget is spent (yield, then try again), None to use the kernel queue "
+     "(not cached, an error, or O_CREAT/O_TRUNC/O_TMPFILE)"},
+    {"close_cached", (PyCFunction)Engine_close_cached, METH_O,
+     "close_cached(fd) -> bool: close(2) inline when it cannot wait (a linked regular file "
+     "opened read-only on a local filesystem) and the budget allows; False: use close_fd"},
     {"statx", (PyCFunction)Engine_statx, METH_VARARGS,
      "statx(dirfd, path: bytes, flags, mask, filename) -> Future[tuple]"},
     {"unlinkat", (PyCFunction)Engine_unlinkat, METH_VARARGS,

@@ -247,6 +247,15 @@ int inline_empty_read(engine_t *e, int fd, int64_t off);
  * descriptor opened here that the caller reads and closes), False (this iteration's budget
  * is spent: yield, then try again) or None (nothing opened: use the kernel queue). */
 PyObject *inline_read_file(engine_t *e, int dirfd, const char *path);
+/* open(2) of `path` inline when the dentry cache holds it: the descriptor (int), False (budget
+ * spent: yield, then try again) or None (use the kernel queue: not cached, an error, or a
+ * flag that may write: O_CREAT, O_TRUNC, O_TMPFILE). Opened the way io_uring's openat opens:
+ * O_NONBLOCK first, cleared afterwards unless `flags` has it. */
+PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags);
+/* close(2) inline of a descriptor whose close cannot wait: a regular file, still linked,
+ * opened read-only, on a local filesystem (no ->flush). 1 closed, 0 not (use the queue), -1
+ * error (the descriptor is closed all the same, as close(2) leaves it). */
+int inline_close(engine_t *e, int fd);
 
 /* uring.c / kaio.c: create the backend state in `e`. 0 or -errno, with a reason written. */
 extern const backend_ops uring_ops;

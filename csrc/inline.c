@@ -115,9 +115,12 @@ static int local_fs(int fd)
 }
 
 /* Give the caller a descriptor opened here, as the kernel queue's openat would have: with
- * O_NONBLOCK cleared (io_uring opens inline with it and clears it the same way). */
-static PyObject *handoff(engine_t *e, int fd)
+ * O_NONBLOCK cleared unless the caller asked for it (io_uring opens inline with it and clears
+ * it the same way). */
+static PyObject *handoff(engine_t *e, int fd, int keep_nonblock)
 {
+    if (keep_nonblock)
+        return PyLong_FromLong(fd);
     e->st.syscalls++;
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0 && !(fl & O_NONBLOCK))
@@ -134,6 +137,58 @@ static PyObject *handoff(engine_t *e, int fd)
     return r;
 }
 
+/* openat2(RESOLVE_CACHED) with O_NONBLOCK, the way io_uring first tries an openat inline:
+ * the open completes only if every path component is in the dentry cache, and a FIFO or a
+ * device cannot make it wait. -1 (errno set) when it cannot be done that way. */
+static int cached_open(engine_t *e, int dirfd, const char *path, int flags)
+{
+    struct open_how how = {.flags = (uint64_t)(unsigned)flags | O_CLOEXEC | O_NONBLOCK,
+                           .resolve = RESOLVE_CACHED};
+    e->st.syscalls++;
+    int fd = fault_hit(FP_INLINE) ? -1 : (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    if (fd < 0)
+        e->st.inline_misses++;
+    return fd;
+}
+
+PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags)
+{
+    /* The kernel refuses RESOLVE_CACHED for these (they may write): the queue opens them. */
+    if (!e->budget_ns || flags & (O_CREAT | O_TRUNC) || (flags & O_TMPFILE) == O_TMPFILE)
+        Py_RETURN_NONE;
+    int ok = inline_budget_ok(e);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_False);
+    int fd = cached_open(e, dirfd, path, flags);
+    if (fd < 0)
+        Py_RETURN_NONE;  /* not cached, an error, or no openat2: the queue opens (or reports) */
+    e->st.inline_hits++;
+    return handoff(e, fd, flags & O_NONBLOCK);
+}
+
+int inline_close(engine_t *e, int fd)
+{
+    if (!e->budget_ns)
+        return 0;
+    int ok = inline_budget_ok(e);
+    if (ok <= 0)
+        return ok;
+    struct stat st;
+    e->st.syscalls += 2;
+    int fl = fault_hit(FP_INLINE) ? -1 : fcntl(fd, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+        st.st_nlink == 0 || !local_fs(fd))
+        return 0;
+    e->st.syscalls++;
+    e->st.inline_hits++;
+    /* Linux frees the descriptor whatever close(2) returns: an error is reported, not retried. */
+    if (close(fd) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 1;
+}
+
 PyObject *inline_read_file(engine_t *e, int dirfd, const char *path)
 {
     if (!e->budget_ns)
@@ -141,21 +196,14 @@ PyObject *inline_read_file(engine_t *e, int dirfd, const char *path)
     int ok = inline_budget_ok(e);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_False);
-    /* Only when every path component is in the dentry cache; O_NONBLOCK so that a FIFO or a
-     * device cannot make the open itself wait. */
-    struct open_how how = {.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
-                           .resolve = RESOLVE_CACHED};
-    e->st.syscalls++;
-    int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
-    if (fd < 0) {
-        e->st.inline_misses++;
+    int fd = cached_open(e, dirfd, path, O_RDONLY | O_NOCTTY);
+    if (fd < 0)
         Py_RETURN_NONE;  /* not cached, an error, or no openat2 (< 5.6): the queue decides */
-    }
     struct stat st;
     e->st.syscalls += 2;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size >= INLINE_MAX ||
         !local_fs(fd))
-        return handoff(e, fd);
+        return handoff(e, fd, 0);
     /* One byte more than the size: a short read proves the end of the file. */
     PyObject *bytes = PyBytes_FromStringAndSize(NULL, st.st_size + 1);
     if (!bytes) {
@@ -166,7 +214,7 @@ PyObject *inline_read_file(engine_t *e, int dirfd, const char *path)
     if (!inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)st.st_size + 1, 0, &got) ||
         got > (uint64_t)st.st_size) {
         Py_DECREF(bytes);  /* not all cached, or the file grew: the caller reads it */
-        return handoff(e, fd);
+        return handoff(e, fd, 0);
     }
     e->st.syscalls++;
     close(fd);

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import mmap
 import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,9 @@ import pytest
 
 import aionative
 from aionative import _backend
+from aionative import _kernelops as _k
+from aionative._kernelops import AT_FDCWD
+from aionative._threads import ThreadsEngine
 
 from .conftest import cold_file
 
@@ -401,3 +407,136 @@ async def test_threads_backend_waits_a_turn_rather_than_a_worker(tmp_path: Path)
         os.close(fd)
     finally:
         aionative.set_default_backend(None)
+
+
+# --- opens and closes inside the call --------------------------------------------------------
+
+@pytest.mark.asyncio
+async def test_aionative_open_of_a_hot_file_never_reaches_the_queue(native_backend: str,
+                                                                    wide_budget: None,
+                                                                    tmp_path: Path) -> None:
+    """``async with aionative.open(path, "rb")`` + ``read()`` of cached files: the open
+    (openat2 RESOLVE_CACHED), the read and the close are done inside the calls — no kernel
+    queue and no worker thread, on Linux AIO too, whose kernel interface opens nothing."""
+    files = []
+    for i in range(50):
+        fd, data = hot_file(tmp_path / f"f{i}", 997 * i)
+        os.close(fd)
+        files.append((tmp_path / f"f{i}", data))
+    fds = _fds()
+    threads = threading.active_count()
+    before = aionative.engine_stats()
+    for path, data in files:
+        async with aionative.open(path, "rb") as f:
+            assert await f.read() == data
+    assert delta(before, "submitted") == 0
+    assert delta(before, "inline_hits") == 3 * len(files)   # open, read, close
+    assert threading.active_count() == threads
+    assert _fds() == fds
+
+
+def _core_engine() -> Any:
+    eng = aionative.get_engine()
+    assert not isinstance(eng, ThreadsEngine)
+    return eng
+
+
+@pytest.mark.asyncio
+async def test_open_cached_opens_what_the_kernel_queue_would(native_backend: str,
+                                                             wide_budget: None,
+                                                             tmp_path: Path) -> None:
+    """The descriptor is non-inheritable, has O_NONBLOCK only when asked for it, and the
+    flags that may write (O_CREAT, O_TRUNC, O_TMPFILE) are left to the kernel queue, as are
+    paths that are missing, hold a NUL, or are not cached."""
+    eng = _core_engine()
+    path = tmp_path / "f"
+    hot_file(path, 10)
+    bpath = os.fsencode(path)
+    for flags, nonblock in ((os.O_RDONLY, False), (os.O_RDWR, False),
+                            (os.O_RDONLY | os.O_NONBLOCK, True)):
+        fd = eng.open_cached(AT_FDCWD, bpath, flags)
+        assert isinstance(fd, int) and fd >= 0
+        try:
+            assert not os.get_inheritable(fd)
+            assert os.get_blocking(fd) is not nonblock
+            assert fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == flags & os.O_ACCMODE
+        finally:
+            os.close(fd)
+    dfd = eng.open_cached(AT_FDCWD, os.fsencode(tmp_path), os.O_RDONLY | os.O_DIRECTORY)
+    assert isinstance(dfd, int)   # O_DIRECTORY is not O_TMPFILE (which contains its bit)
+    os.close(dfd)
+    for flags in (os.O_WRONLY | os.O_CREAT, os.O_WRONLY | os.O_TRUNC,
+                  os.O_WRONLY | getattr(os, "O_TMPFILE", 0o20200000)):
+        assert eng.open_cached(AT_FDCWD, bpath, flags) is None
+    assert eng.open_cached(AT_FDCWD, bpath + b".missing", os.O_RDONLY) is None
+    assert eng.open_cached(AT_FDCWD, b"a\0b", os.O_RDONLY) is None
+    aionative.set_inline_budget(0)
+    assert aionative.get_engine().open_cached(AT_FDCWD, bpath, os.O_RDONLY) is None
+
+
+@pytest.mark.asyncio
+async def test_open_cached_waits_a_turn_when_the_budget_is_spent(native_backend: str,
+                                                                 tmp_path: Path) -> None:
+    """False (not None) once the iteration's budget is spent; open_fd then yields a turn and
+    opens inline on the next iteration rather than through the queue."""
+    aionative.set_inline_budget(1)   # 1 µs: spent by the first call of an iteration
+    try:
+        eng = _core_engine()
+        path = tmp_path / "f"
+        hot_file(path, 10)
+        await asyncio.sleep(0)
+        fd = eng.open_cached(AT_FDCWD, os.fsencode(path), os.O_RDONLY)
+        assert isinstance(fd, int)
+        os.close(fd)
+        time.sleep(0.001)  # noqa: ASYNC251 - spends the iteration's 1 µs budget
+        assert eng.open_cached(AT_FDCWD, os.fsencode(path), os.O_RDONLY) is False
+        before = eng.stats()
+        fd = await _k.open_fd(path, os.O_RDONLY)
+        os.close(fd)
+        assert delta(before, "submitted") == 0 and delta(before, "inline_hits") == 1
+    finally:
+        aionative.set_inline_budget(None)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("case", ["read-only", "write-only", "read-write", "unlinked", "pipe",
+                                  "fault"])
+async def test_close_cached_closes_only_what_cannot_wait(native_backend: str,
+                                                         wide_budget: None, tmp_path: Path,
+                                                         case: str) -> None:
+    """close(2) inside the call only for a linked regular file opened read-only on a local
+    filesystem (no ->flush to wait for); anything else goes to close_fd, descriptor intact."""
+    eng = _core_engine()
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    extra = -1
+    if case == "pipe":
+        fd, extra = os.pipe()
+    else:
+        flags = {"write-only": os.O_WRONLY, "read-write": os.O_RDWR}.get(case, os.O_RDONLY)
+        fd = os.open(path, flags)
+    if case == "unlinked":
+        path.unlink()   # its last close would free the inode's blocks: may take long
+    if case == "fault":
+        assert _backend._core is not None
+        _backend._core.set_fault("inline", errno.EAGAIN, 1)
+    closed = eng.close_cached(fd)
+    assert closed is (case == "read-only")
+    if not closed:
+        os.fstat(fd)    # still open
+        await _k.close_fd(fd)
+    with pytest.raises(OSError) as exc:
+        os.fstat(fd)
+    assert exc.value.errno == errno.EBADF
+    if extra >= 0:
+        os.close(extra)
+
+
+@pytest.mark.asyncio
+async def test_closing_a_closed_descriptor_says_ebadf(backend: str, tmp_path: Path) -> None:
+    aionative.get_engine()  # its descriptors first: none may take the closed one's number
+    fd = os.open(tmp_path / "f", os.O_RDONLY | os.O_CREAT)
+    os.close(fd)
+    with pytest.raises(OSError) as exc:
+        await _k.close_fd(fd)
+    assert exc.value.errno == errno.EBADF
