@@ -10,7 +10,7 @@ import atexit
 import os
 import threading
 import weakref
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from . import _backend
@@ -230,6 +230,16 @@ def _on_loop_collected(key: int, entry: _Entry) -> None:
 _leaked: list[EngineLike] = []
 
 
+def _no_answer() -> None:
+    return None
+
+
+#: The running loop, or None (then asyncio answers): on Python 3.11 without the getpid(2)
+#: that asyncio.get_running_loop() makes on every call.
+_running_loop: Callable[[], asyncio.AbstractEventLoop | None] = (
+    _backend._core.running_loop if _backend._core is not None else _no_answer)
+
+
 def get_engine(backend: str | None = None) -> EngineLike:
     """The running loop's engine, created on first use.
 
@@ -237,7 +247,9 @@ def get_engine(backend: str | None = None) -> EngineLike:
     by default ``AIONATIVE_BACKEND``, else the best available. Raises ``RuntimeError`` when no
     loop is running, as ``asyncio.get_running_loop()`` does.
     """
-    loop = asyncio.get_running_loop()
+    loop = _running_loop()
+    if loop is None:
+        loop = asyncio.get_running_loop()  # raises RuntimeError when no loop runs
     tls = _tls.__dict__
     ref = tls.get("loop")
     if ref is not None and ref() is loop:

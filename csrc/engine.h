@@ -257,6 +257,9 @@ PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags);
  * error (the descriptor is closed all the same, as close(2) leaves it). */
 int inline_close(engine_t *e, int fd);
 
+/* lines.c: LineGate and LineStep, the inline step of `async for` over a file */
+int lines_module_init(PyObject *m);
+
 /* uring.c / kaio.c: create the backend state in `e`. 0 or -errno, with a reason written. */
 extern const backend_ops uring_ops;
 extern const backend_ops kaio_ops;

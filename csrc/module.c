@@ -1,9 +1,12 @@
 /* aionative._core: module initialisation, probes, counters and the fault-injection switch.
- * The engine lives in engine.c; the kernel interfaces in uring.c and kaio.c. */
+ * The engine lives in engine.c (its inline fast path in inline.c); the kernel interfaces in
+ * uring.c and kaio.c; the async-for step in lines.c. */
 #include "engine.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 static PyObject *probe_io_uring(PyObject *m, PyObject *unused)
 {
@@ -86,7 +89,120 @@ static PyObject *fault_points(PyObject *m, PyObject *unused)
     return t;
 }
 
+/* How many bytes of p[0..n) equal c: 32 one-byte counters per block, which the compiler
+ * turns into vector compares (a block is short enough that no counter overflows). */
+static Py_ssize_t count_u8(const unsigned char *p, Py_ssize_t n, unsigned char c)
+{
+    Py_ssize_t total = 0;
+    while (n > 0) {
+        Py_ssize_t m = n < 255 * 32 ? n : 255 * 32, k = 0;
+        unsigned char acc[32] = {0};
+        for (; k + 32 <= m; k += 32)
+            for (int j = 0; j < 32; j++)
+                acc[j] += p[k + j] == c;
+        for (int j = 0; j < 32; j++)
+            total += acc[j];
+        for (; k < m; k++)
+            total += p[k] == c;
+        p += m;
+        n -= m;
+    }
+    return total;
+}
+
+/* count_byte(buffer, byte, start, stop) -> int: buffer[start:stop].count(byte) (the slice
+ * bounds clipped as a slice's are), without bytes.count's one-byte-a-step loop. */
+static PyObject *count_byte(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "count_byte() takes 4 arguments (%zd given)", nargs);
+    Py_ssize_t start = PyNumber_AsSsize_t(args[2], NULL), stop;
+    long c = PyLong_AsLong(args[1]);
+    if ((start == -1 || c == -1) && PyErr_Occurred())
+        return NULL;
+    stop = PyNumber_AsSsize_t(args[3], NULL);
+    if (stop == -1 && PyErr_Occurred())
+        return NULL;
+    if (c < 0 || c > 255)
+        return PyErr_Format(PyExc_ValueError, "byte must be in range(0, 256)");
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PySlice_AdjustIndices(view.len, &start, &stop, 1);
+    Py_ssize_t n = stop > start ? count_u8((const unsigned char *)view.buf + start,
+                                           stop - start, (unsigned char)c) : 0;
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(n);
+}
+
+#if PY_VERSION_HEX < 0x030C0000
+/* CPython 3.11's asyncio keeps the running loop in the thread state's dict, in a holder that
+ * also records the pid that set it, and asyncio.get_running_loop() compares that pid with
+ * getpid(2) on every call: a system call, a quarter of a microsecond here, paid by every
+ * operation (3.12 dropped the check). running_loop() gives the same answer with the pid read
+ * once per process (again in a forked child), or None whenever it cannot tell, and the
+ * caller then asks asyncio. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *rl_loop;
+    pid_t rl_pid;
+} loop_holder_t;
+
+static PyObject *holder_key;
+static PyTypeObject *holder_type;
+static pid_t self_pid;
+
+static void refresh_pid(void)
+{
+    self_pid = getpid();
+}
+
+static PyObject *running_loop(PyObject *m, PyObject *unused)
+{
+    PyObject *d = PyThreadState_GetDict();
+    PyObject *h = d ? PyDict_GetItemWithError(d, holder_key) : NULL;
+    if (!h) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (Py_TYPE(h) != holder_type) {
+        if (holder_type || strcmp(Py_TYPE(h)->tp_name, "_RunningLoopHolder") != 0)
+            Py_RETURN_NONE;
+        holder_type = Py_TYPE(h);
+    }
+    loop_holder_t *rl = (loop_holder_t *)h;
+    if (rl->rl_pid != self_pid || !rl->rl_loop)
+        Py_RETURN_NONE;
+    return Py_NewRef(rl->rl_loop);  /* None when no loop runs */
+}
+
+static int running_loop_init(void)
+{
+    refresh_pid();
+    if (pthread_atfork(NULL, NULL, refresh_pid) != 0)
+        return -1;
+    holder_key = PyUnicode_InternFromString("__asyncio_running_event_loop__");
+    return holder_key ? 0 : -1;
+}
+#else
+static PyObject *running_loop(PyObject *m, PyObject *unused)
+{
+    Py_RETURN_NONE;  /* asyncio.get_running_loop() makes no system call here: use it */
+}
+
+static int running_loop_init(void)
+{
+    return 0;
+}
+#endif
+
 static PyMethodDef module_methods[] = {
+    {"running_loop", running_loop, METH_NOARGS,
+     "running_loop() -> loop | None: asyncio.get_running_loop() without its getpid(2) on "
+     "Python 3.11; None: ask asyncio"},
+    {"count_byte", (PyCFunction)(void (*)(void))count_byte, METH_FASTCALL,
+     "count_byte(buffer, byte, start, stop) -> int: buffer[start:stop].count(byte)"},
     {"probe_io_uring", probe_io_uring, METH_NOARGS,
      "probe_io_uring() -> (available, setup_flags, reason)"},
     {"probe_linux_aio", probe_linux_aio, METH_NOARGS, "probe_linux_aio() -> (available, reason)"},
@@ -113,7 +229,7 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
-    if (engine_module_init(m) < 0 ||
+    if (running_loop_init() < 0 || engine_module_init(m) < 0 || lines_module_init(m) < 0 ||
         PyModule_AddIntConstant(m, "KERNEL_RW_MAX", KERNEL_RW_MAX) < 0 ||
 #ifdef AIONATIVE_DEBUG
         PyModule_AddIntConstant(m, "DEBUG", 1) < 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -180,3 +181,35 @@ def test_loop_closed_with_operations_in_flight_drains_them(
     os.lseek(fd, 0, os.SEEK_SET)
     assert os.pread(fd, 1 << 20, 7 << 20) == payload
     os.close(fd)
+
+
+def test_running_loop_answers_as_asyncio_does(loop_factory: LoopFactory) -> None:
+    """``_core.running_loop()`` (get_engine's way to find the loop without asyncio's getpid
+    on 3.11): the running loop, in the loop and in its threads' own loops; None outside a
+    loop and in a forked child, where asyncio says there is no running loop either."""
+    assert _core.running_loop() is None
+
+    async def inside() -> bool:
+        loop = asyncio.get_running_loop()
+        if sys.version_info >= (3, 12):
+            return _core.running_loop() is None   # 3.12's asyncio is as fast: no shortcut
+        pid = os.fork()
+        if pid == 0:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                os._exit(0 if _core.running_loop() is None else 1)
+            os._exit(2)
+        _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 - the child exits at once
+        seen = []
+        th = threading.Thread(target=lambda: seen.append(_run(loop_factory, in_thread())))
+        th.start()
+        th.join()
+        return (_core.running_loop() is loop and os.waitstatus_to_exitcode(status) == 0
+                and seen == [True])
+
+    async def in_thread() -> bool:
+        return _core.running_loop() is asyncio.get_running_loop()
+
+    assert _run(loop_factory, inside()) is True
+    assert _core.running_loop() is None
