@@ -4,7 +4,6 @@ open, read or write, close — with no file object in between."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 from typing import Any
@@ -67,13 +66,8 @@ async def read_bytes(path: StrPath) -> bytes:
     if not isinstance(eng, ThreadsEngine):
         bpath = os.fsencode(path)
         res = eng.read_file(_k.AT_FDCWD, bpath)
-        while res is False:
-            # This iteration's inline budget is spent: a turn of the loop renews it (the first
-            # inline call of each iteration always runs), and costs far less than the three
-            # kernel round trips of the queued path.
-            await asyncio.sleep(0)
-            eng = get_engine()
-            res = eng.read_file(_k.AT_FDCWD, bpath) if not isinstance(eng, ThreadsEngine) else None
+        if res is False:  # the budget is spent (the first inline call of a turn always runs)
+            res = await _k.after_a_turn("read_file", _k.AT_FDCWD, bpath)
         if isinstance(res, bytes):
             return res
         if res is not None and res is not False:

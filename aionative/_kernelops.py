@@ -56,12 +56,28 @@ def _close_result(fut: asyncio.Future[int]) -> None:
         os.close(fut.result())
 
 
-def _native(name: str) -> Engine | None:
-    """The running loop's engine if the kernel runs `name` for it, else None (use a thread)."""
-    eng = get_engine()
+def _native(name: str, eng: Any = None) -> Engine | None:
+    """The running loop's engine (``eng`` if given) if the kernel runs `name` for it, else
+    None (use a thread)."""
+    if eng is None:
+        eng = get_engine()
     if isinstance(eng, ThreadsEngine) or not eng.supports(name):
         return None
-    return eng
+    return eng  # type: ignore[no-any-return]
+
+
+async def after_a_turn(method: str, *args: Any) -> Any:
+    """An inline engine call that said False (this iteration's budget is spent): wait one turn
+    of the loop, which renews the budget, and call it again — far cheaper than the queued
+    operations it stands for. None if the loop's engine is now the threads backend."""
+    while True:
+        await asyncio.sleep(0)
+        eng = get_engine()
+        if isinstance(eng, ThreadsEngine):
+            return None
+        res = getattr(eng, method)(*args)
+        if res is not False:
+            return res
 
 
 def _dirfd(dir_fd: int | None) -> int:
@@ -87,18 +103,15 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
 
     A path whose every component is in the dentry cache is opened inside the call (no kernel
     round trip), within the loop's cooperative budget; native backends only."""
-    cached = get_engine()
-    if not isinstance(cached, ThreadsEngine):
-        bpath = os.fsencode(path)
-        res = cached.open_cached(_dirfd(dir_fd), bpath, flags)
-        while res is False:  # this iteration's budget is spent: a turn renews it
-            await asyncio.sleep(0)
-            cached = get_engine()
-            res = (None if isinstance(cached, ThreadsEngine) else
-                   cached.open_cached(_dirfd(dir_fd), bpath, flags))
+    cur = get_engine()
+    if not isinstance(cur, ThreadsEngine):
+        res = cur.open_cached(_dirfd(dir_fd), os.fsencode(path), flags)
+        if res is False:
+            res = await after_a_turn("open_cached", _dirfd(dir_fd), os.fsencode(path), flags)
+            cur = get_engine()
         if res is not None:
             return int(res)
-    eng = _native("openat")
+    eng = _native("openat", cur)
     if eng is None:
         loop = asyncio.get_running_loop()
         return await _run_open(None, loop.run_in_executor(
@@ -145,10 +158,10 @@ async def wait_readable(fd: int) -> None:
 async def close_fd(fd: int) -> None:
     """``os.close``. A descriptor whose close cannot wait (see ``Engine.close_cached``) is
     closed inside the call."""
-    cached = get_engine()
-    if not isinstance(cached, ThreadsEngine) and cached.close_cached(fd):
+    cur = get_engine()
+    if not isinstance(cur, ThreadsEngine) and cur.close_cached(fd):
         return
-    eng = _native("close")
+    eng = _native("close", cur)
     if eng is None:
         return await _in_thread(os.close, fd)
     await await_op(eng, eng.close_fd(fd))
