@@ -35,7 +35,9 @@ import asyncio
 import codecs
 import collections
 import errno
+import fcntl
 import io
+import math
 import os
 import stat
 import warnings
@@ -53,8 +55,10 @@ from ._raw import (
     STREAM,
     WindowRaw,
     align_down,
+    check_read_alloc,
     direct_buffer,
     direct_pread_sync,
+    off_t,
     rmw_blocks,
 )
 
@@ -89,17 +93,22 @@ _NO_GATE = _LineGate(None)  # every file's until it iterates; its budget is neve
 
 
 _HUGE = 1 << 62
+#: The whences lseek(2) answers from the file on disk (Linux 3.1+).
+_DATA_HOLE = tuple(w for w in (getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None))
+                   if w is not None)
 
 
 def _size_arg(size: Any) -> int | None:
     """The size a read was asked for (-1: all), or None when the argument is not one (the
-    synchronous call then raises the builtin's TypeError before reading anything)."""
+    synchronous call then raises the builtin's TypeError, or OverflowError past Py_ssize_t,
+    before reading anything)."""
     if size is None:
         return -1
     try:
-        return index(size)
+        n = index(size)
     except TypeError:
         return None
+    return n if -(1 << 63) <= n < 1 << 63 else None  # index(): a small int is returned as it is
 
 
 class _TextRules:
@@ -135,13 +144,15 @@ class _TextRules:
         self.bounded = bool(self.patterns) and errors != "ignore" and (
             self.unit > 1 or name in _BOUNDED_CODECS or name.startswith(("iso8859", "cp")))
 
-    def line_ready(self, buf: bytes | bytearray, i: int) -> bool:
-        """Whether buf[i:] holds a line end the text layer will see without reading more."""
+    def line_ready(self, buf: bytes | bytearray, i: int, end: int | None = None) -> bool:
+        """Whether buf[i:end] holds a line end the text layer will see without reading more."""
+        if end is None:
+            end = len(buf)
         if self.unit == 1:
             if len(self.patterns) == 1:
-                return buf.find(self.patterns[0][0], i) >= 0
-            kn = buf.find(b"\n", i)
-            kr = buf.find(b"\r", i, kn if kn >= 0 else len(buf))
+                return buf.find(self.patterns[0][0], i, end) >= 0
+            kn = buf.find(b"\n", i, end)
+            kr = buf.find(b"\r", i, kn if kn >= 0 else end)
             if kr >= 0:
                 return kr + 1 < len(buf)
             return kn >= 0
@@ -150,9 +161,9 @@ class _TextRules:
         for align in range(unit):
             found = False
             for pat, _ in self.patterns:
-                k = buf.find(pat, i)
+                k = buf.find(pat, i, end)
                 while k >= 0 and (k - i) % unit != align:
-                    k = buf.find(pat, k + 1)
+                    k = buf.find(pat, k + 1, end)
                 if k >= 0 and k + len(pat) + 2 * unit <= len(buf):
                     found = True
                     break
@@ -218,6 +229,27 @@ class AsyncBase(Generic[S]):
             self._pull_offset()
         return True
 
+    def _adopt_fd(self) -> None:
+        """Opened from the caller's descriptor: keep its offset where FileIO's read(2)/write(2)
+        would leave it, and follow it if the caller moves it. The kernel appends when the
+        descriptor has O_APPEND, whatever the mode says; in append mode FileIO moves the
+        offset to the end when it opens (writes then go there, O_APPEND or not). A
+        write-only descriptor reads nothing and a read-only one writes nothing, whatever the
+        mode says (``reads_fd``, ``writes_fd``)."""
+        raw = self._raw
+        assert raw is not None
+        fd = raw._fd
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        raw.appending = bool(flags & os.O_APPEND)
+        if flags & os.O_ACCMODE == os.O_WRONLY:
+            raw.reads_fd = False
+        elif flags & os.O_ACCMODE == os.O_RDONLY:
+            raw.writes_fd = False
+        if "a" in raw.mode:
+            os.lseek(fd, raw.pos, os.SEEK_SET)  # the end, where _build put the position
+        self._fd_shared = True
+        self._synced_pos = raw.pos
+
     def _pull_offset(self) -> None:
         raw = self._raw
         assert raw is not None
@@ -273,26 +305,40 @@ class AsyncBase(Generic[S]):
         if self._waiters:
             self._wake()
 
-    def _after_failed_write(self, off: int, data: bytes, exc: OSError,
-                            dropped: list[tuple[int, bytes | None]]) -> None:
-        """A write failed (ENOSPC, EIO, …), perhaps after part of it landed: the position and
-        size become what the file really holds, so ``tell()`` agrees with the file; what did
-        not land (this write's rest, and the writes staged after it) is not retried."""
+    def _after_failed_push(self, off: int, data: bytes | None, exc: OSError,
+                           dropped: list[tuple[int, bytes | None]], positional: bool) -> None:
+        """A write or truncation failed (ENOSPC, EFBIG, EIO, …), perhaps after part of a
+        write landed: the size (and, after a write the position followed, the position)
+        become what the file really holds, so ``tell()`` and later writes agree with the file;
+        what did not land (this write's rest, and what was staged after it) is not retried.
+        ``positional``: a ``pwrite``, which never moves the position."""
         raw = self._raw
         assert raw is not None
-        done = int(getattr(exc, "characters_written", 0) or 0)
-        ends = [off + len(data)] + [o + len(d) for o, d in dropped if d is not None and o >= 0]
-        if raw.kind != STREAM and off >= 0 and raw.pos in ends:
-            raw.pos = off + done
+        if raw.kind != STREAM and data is not None and not positional:
+            done = int(getattr(exc, "characters_written", 0) or 0)
+            ends = [off + len(data)] + [o + len(d) for o, d in dropped
+                                        if d is not None and o >= 0]
+            if off >= 0 and raw.pos in ends:
+                raw.pos = off + done
         if raw.kind != STREAM:
             try:
                 raw.size = raw.disk_size = os.fstat(raw._fd).st_size
             except OSError:
                 pass
-            if raw.appending:
+            if raw.appending and data is not None and not positional:
                 raw.pos = raw.size
+            raw.eof = -1
             raw.drop_window()
         raw.appended = False
+
+    def _margin(self) -> int:
+        """How far past the bytes it needs the synchronous stack may read: a line read stops
+        in the raw read that finds the line end, which asks for a buffer's worth. The window
+        holds that much more (or reaches the end of the file), so every raw read gets all it
+        asks for, as from the file: a read cut short at the window's end would move where
+        later reads start (visible in ``read1()``, ``peek()``, ``tell()`` cookies) and what
+        the decoder sees at once (where a decoding error is raised)."""
+        return self._bufsize
 
     def _end_line_budget(self) -> None:
         """Members that hand out the synchronous stack end ``async for``'s line budget."""
@@ -492,9 +538,11 @@ class AsyncBase(Generic[S]):
         if raw.appending and raw.kind != STREAM and not raw.closed:
             raw.sync_append_position(end)
 
-    async def _push_items(self, staged: list[tuple[int, bytes | None]]) -> int:
+    async def _push_items(self, staged: list[tuple[int, bytes | None]],
+                          positional: bool = False) -> int:
         """Hand staged writes and truncations to the engine in order; in append mode, return
-        the file's end measured right after the last write landed (-1: no write)."""
+        the file's end measured right after the last write landed (-1: no write).
+        ``positional``: the write of a ``pwrite`` (see _after_failed_push)."""
         raw = self._raw
         assert raw is not None
         fd = raw._fd
@@ -504,7 +552,7 @@ class AsyncBase(Generic[S]):
             off, data = staged.pop(0)
             fut: asyncio.Future[Any]
             if data is None:
-                raw.disk_size = off
+                raw.disk_size = off  # a failure restores it (_after_failed_push)
                 fut = asyncio.ensure_future(_k.ftruncate(fd, off))
             elif raw.direct and off >= 0:
                 fut = asyncio.ensure_future(self._direct_write(off, data))
@@ -525,11 +573,11 @@ class AsyncBase(Generic[S]):
                         raise
                     fut.result()
             except OSError as exc:
-                if data is not None:
-                    self._after_failed_write(off, data, exc, staged)
+                self._after_failed_push(off, data, exc, staged, positional)
                 raise
             if data is not None and raw.appending and off >= 0:
                 end = os.lseek(fd, 0, os.SEEK_END)
+                self._synced_pos = -1  # a caller's descriptor: _push_offset puts it back
         return end
 
     # --- the members every wrapper has ----------------------------------------------------
@@ -608,9 +656,14 @@ class AsyncBase(Generic[S]):
         if raw is None:
             return await self._in_executor(os.pread, self.fileno(), size, offset)
         raw._check("r")
-        if raw.direct:
+        if raw.direct:  # os.pread's conversions and checks, in the native engine's order
+            if type(size) is not int or not -(1 << 63) <= size < 1 << 63:
+                size = off_t(size)
+            if type(offset) is not int or not -(1 << 63) <= offset < 1 << 63:
+                offset = off_t(offset)
             if offset < 0 or size < 0:
-                raise OSError(22, os.strerror(22))
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+            check_read_alloc(size)
             return await self._direct_read(size, offset)
         if self._route == "thread":
             return await self._in_executor(os.pread, raw._fd, size, offset)
@@ -635,14 +688,29 @@ class AsyncBase(Generic[S]):
         raw._check("w")
         data, offset = _pwrite_args(data, offset)
         if not data:
-            return 0  # os.pwrite of nothing changes nothing, wherever it is aimed
+            # os.pwrite of nothing changes nothing, wherever it is aimed, but the kernel still
+            # checks the descriptor (EBADF, ESPIPE): one write(2) of 0 bytes, which never
+            # waits. Not through O_DIRECT, which could refuse the unaligned offset.
+            return 0 if raw.direct else os.pwrite(raw._fd, data, offset)
         if not self._try_lock():
             await self._lock()
         try:
+            if raw.kind != STREAM and raw.appending:
+                # O_APPEND: on Linux pwrite(2) writes at the end of the file whatever the
+                # offset (man 2 pwrite, BUGS), os.pwrite and every backend alike: the data
+                # ends the file, wherever that was when it landed. direct=True emulates it
+                # at the size we know, as its writes do.
+                if not raw.direct:
+                    raw.size = await self._push_items([(offset, data)], positional=True)
+                    raw.drop_window()
+                    return len(data)
+                if offset + len(data) >= 1 << 63:  # pwrite(2) checks the range it was given
+                    raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+                offset = raw.size
             if raw.kind != STREAM:
                 raw._overlay(offset, data)
                 raw.size = max(raw.size, offset + len(data))
-            await self._push_list([(offset, data)])
+            await self._push_items([(offset, data)], positional=True)
             return len(data)
         finally:
             self._unlock()
@@ -749,7 +817,8 @@ class AsyncBase(Generic[S]):
         if not self._try_lock():
             await self._lock()
         try:
-            lines = list(lines)
+            if not self._file.closed:  # IOBase.writelines checks that before iterating
+                lines = list(lines)
             self._run(self._file.writelines, lines)
             self._dirty += sum(4 * len(x) + 8 for x in lines if hasattr(x, "__len__"))
             if self._raw.staged:
@@ -814,7 +883,7 @@ class AsyncBase(Generic[S]):
         raw = self._raw
         term = self._batch_term() if raw is not None else None
         if (raw is None or term is None or raw.kind == STREAM or self._dirty or raw.closed
-                or not raw._readable):
+                or not raw.reads_fd):
             return await self.readline()
         if not self._try_lock():
             await self._lock()
@@ -822,7 +891,9 @@ class AsyncBase(Generic[S]):
         try:
             while True:
                 buf, i, at_eof = raw.window_view()
-                count = _count(buf, term, i, i + 65536)
+                # Line ends followed by the margin's worth of the window (see _margin).
+                end = len(buf) if at_eof else len(buf) - self._margin()
+                count = _count(buf, term, i, min(i + 65536, end))
                 if count >= 2 or at_eof:
                     break
                 await self._fetch(len(buf) - i + self._readahead)
@@ -858,6 +929,27 @@ class AsyncBase(Generic[S]):
 class _BinaryBase(AsyncBase[bytes]):
     """Reads of the binary wrappers: they resume after a short window."""
 
+    def _line_end_ready(self, buf: bytes | bytearray, i: int) -> bool:
+        """Whether the window holds a line end at or after ``buf[i]``, and the margin past it
+        (see _margin)."""
+        k = buf.find(b"\n", i)
+        return k >= 0 and len(buf) - k > self._margin()
+
+    async def _before_seek(self, offset: Any, whence: Any) -> None:
+        """SEEK_DATA and SEEK_HOLE are answered by lseek(2) from the file on disk: what the
+        buffers hold must be there first (the builtin's seek flushes its buffer too, and its
+        writes land at once)."""
+        if type(whence) is not int:
+            try:
+                whence = index(whence)
+            except Exception:  # noqa: BLE001 - the synchronous call raises it
+                return
+        raw = self._raw
+        assert raw is not None
+        if whence in _DATA_HOLE and raw.kind != STREAM and not raw.closed:
+            self._run(self._file.flush)
+            await self._push()
+
     async def _read_loop(self, fn: Callable[[int], bytes | None], n: int,
                          prefetch: int) -> bytes:
         raw = self._raw
@@ -882,7 +974,7 @@ class _BinaryBase(AsyncBase[bytes]):
             await self._lock()
         try:
             n = _size_arg(size)
-            if n is None or self._raw.closed or not self._raw._readable:
+            if n is None or self._raw.closed or not self._raw.reads_fd:
                 return bytes(self._run(self._file.read, size) or b"")
             if n < 0:
                 await self._fetch_to_eof()
@@ -901,12 +993,13 @@ class _BinaryBase(AsyncBase[bytes]):
         try:
             n = _size_arg(size)
             raw = self._raw
-            if n is None or raw.closed or not raw._readable:
+            if n is None or raw.closed or not raw.reads_fd:
                 return bytes(self._run(self._file.readline, size) or b"")
             if raw.kind != STREAM:
                 while True:
                     buf, i, at_eof = raw.window_view()
-                    if at_eof or buf.find(b"\n", i) >= 0 or (0 <= n <= len(buf) - i):
+                    end = len(buf) - self._bufsize  # a line end, then the margin (_margin)
+                    if at_eof or buf.find(b"\n", i, end) >= 0 or 0 <= n <= end - i:
                         break
                     await self._fetch(len(buf) - i + self._readahead)
             res = self._run(self._file.readline, size) or b""
@@ -925,7 +1018,7 @@ class _BinaryBase(AsyncBase[bytes]):
             return list(await self._in_executor(self._file.readlines, hint))
         raw = self._raw
         n = _size_arg(hint)
-        if n is None or raw.closed or not raw._readable:
+        if n is None or raw.closed or not raw.reads_fd:
             return list(self._run(self._file.readlines, hint))
         if raw.kind == STREAM and n > 0:
             # One line at a time, exactly as IOBase.readlines iterates: never waits for
@@ -948,7 +1041,7 @@ class _BinaryBase(AsyncBase[bytes]):
             else:
                 while True:
                     buf, i, at_eof = raw.window_view()
-                    if at_eof or (len(buf) - i > n and buf.find(b"\n", i + n) >= 0):
+                    if at_eof or (len(buf) - i > n and self._line_end_ready(buf, i + n)):
                         break
                     await self._fetch(len(buf) - i + self._readahead)
             res = self._run(self._file.readlines, hint)
@@ -964,7 +1057,7 @@ class _BinaryBase(AsyncBase[bytes]):
             await self._lock()
         try:
             raw = self._raw
-            if raw.closed or not raw._readable:
+            if raw.closed or not raw.reads_fd:
                 return int(self._run(self._file.readinto, b) or 0)
             try:
                 view = memoryview(b).cast("B")
@@ -1025,7 +1118,7 @@ class _BufferedBase(_BinaryBase):
         call had no effect: fetch what that read asked for (one read) and run it again."""
         raw = self._raw
         assert raw is not None
-        if raw.kind != STREAM and not raw.closed and raw._readable:
+        if raw.kind != STREAM and not raw.closed and raw.reads_fd:
             await self._fetch(max(n, self._bufsize))
         res = self._run(fn, *args)
         if raw.missed and not res:
@@ -1092,7 +1185,7 @@ class AsyncFileIO(_BinaryBase):
         if not self._try_lock():
             await self._lock()
         try:
-            if not raw.closed and raw._readable:
+            if not raw.closed and raw.reads_fd:
                 await self._fetch_to_eof()
             res = self._run(self._file.readall)
             await self._push()
@@ -1109,7 +1202,7 @@ class AsyncFileIO(_BinaryBase):
             await self._lock()
         try:
             n = _size_arg(size)
-            if n is None or raw.closed or not raw._readable:
+            if n is None or raw.closed or not raw.reads_fd:
                 pass
             elif n < 0:
                 await self._fetch_to_eof()
@@ -1131,8 +1224,10 @@ class AsyncTextIOWrapper(AsyncBase[str]):
                  route: str = "thread", newline: str | None = None) -> None:
         super().__init__(file, loop, executor, raw=raw, route=route)
         self._rules: _TextRules | None = None
+        self._chunk = 8192
         if raw is not None:
             self._rules = _TextRules(file.encoding, file.errors, newline)
+            self._chunk = max(int(getattr(file, "_CHUNK_SIZE", 8192)), 1)
 
     @property
     def buffer(self) -> Any:
@@ -1165,6 +1260,11 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         self._end_line_budget()
         return self._file.detach()
 
+    def _margin(self) -> int:
+        # TextIOWrapper reads chunks of _CHUNK_SIZE: read1(), which makes one raw read of
+        # that size when nothing is buffered, whatever the buffer's size.
+        return self._chunk
+
     def _batch_term(self) -> bytes | None:
         rules = self._rules
         if rules is None or rules.unit != 1 or not rules.patterns:
@@ -1192,7 +1292,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         raw = self._raw
         rules = self._rules
         assert raw is not None and rules is not None
-        if raw.closed or not raw._readable:
+        if raw.closed or not raw.reads_fd:
             return self._run(fn, *args)
         if self._needs_thread() or (lines == -2 and chars >= 0 and not rules.bounded):
             res = await self._run_blocking(fn, *args)
@@ -1201,8 +1301,10 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         if lines == -1 or (lines == -2 and chars < 0):
             await self._fetch_to_eof()
         else:
-            # n characters come from at most 8n bytes only where decoding cannot drop bytes.
-            limit = chars * 8 + 64 if chars >= 0 and rules.bounded else _HUGE
+            # n characters come from at most 8n bytes only where decoding cannot drop bytes;
+            # the chunk that completes them may reach the margin further (see _margin).
+            margin = self._margin()
+            limit = chars * 8 + 64 + margin if chars >= 0 and rules.bounded else _HUGE
             if lines == -2:
                 await self._fetch(limit)
             else:
@@ -1212,7 +1314,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
                     buf, i, at_eof = raw.window_view()
                     have = len(buf) - i
                     if at_eof or have >= limit or (
-                            have > skip and rules.line_ready(buf, i + skip)):
+                            have > skip and rules.line_ready(buf, i + skip, len(buf) - margin)):
                         break
                     await self._fetch(have + self._readahead)
         res = self._run(fn, *args)
@@ -1244,8 +1346,8 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             assert rules is not None
             # The common case first: a line end already in the window, nothing to await.
             if not self._dirty and raw.kind != STREAM and rules.patterns and not raw.closed:
-                buf, i, _ = raw.window_view()
-                if rules.line_ready(buf, i):
+                buf, i, at_eof = raw.window_view()
+                if rules.line_ready(buf, i, None if at_eof else len(buf) - self._chunk):
                     res = self._run(self._file.readline, size)
                     self._check_text_miss()
                     return str(res)
@@ -1271,20 +1373,25 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         finally:
             self._unlock()
 
-    async def _before_seek(self, offset: int, whence: int) -> None:
-        """Seeking to a cookie re-reads the bytes its decoder state needs: fetch them."""
+    async def _before_seek(self, offset: Any, whence: Any) -> None:
+        """Seeking to a cookie whose decoder state skips characters re-reads the bytes that
+        state needs (``TextIOWrapper.seek`` reads nothing otherwise: a descriptor that cannot
+        read still seeks): fetch them. The C ``TextIOWrapper`` packs the cookie as start
+        position (64 bits), decoder flags, bytes to feed, characters to skip (32 bits each).
+        It takes an int or a float (``int()``-ed) and compares anything else with 0 first
+        (TypeError): nothing to fetch for those."""
         raw = self._raw
         assert raw is not None
-        if whence != os.SEEK_SET or raw.kind == STREAM or raw.closed or not raw._readable:
+        if whence != os.SEEK_SET or raw.kind == STREAM or raw.closed or not raw.reads_fd:
             return
-        try:
-            cookie = index(offset)
-        except TypeError:
+        if not isinstance(offset, int) and not (isinstance(offset, float)
+                                                and math.isfinite(offset)):
             return
-        if cookie < 0:
+        cookie = int(offset)
+        if cookie < 0 or not (cookie >> 128) & 0xFFFFFFFF:  # no characters to skip
             return
         start = cookie & ((1 << 64) - 1)
-        to_feed = (cookie >> 128) & ((1 << 64) - 1)
+        to_feed = (cookie >> 96) & 0xFFFFFFFF
         await self._fetch(to_feed + self._bufsize + 64, at=start)
 
 

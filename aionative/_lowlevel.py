@@ -4,11 +4,18 @@ loop's engine. Errors are the ``OSError`` subclasses ``os.pread``/``os.pwrite`` 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ._engine import get_engine
 
 T = TypeVar("T")
+
+
+class _HasFileno(Protocol):
+    def fileno(self) -> int: ...
+
+
+FileDescriptorLike = int | _HasFileno
 
 
 async def await_op(engine: Any, fut: asyncio.Future[T]) -> T:
@@ -61,13 +68,33 @@ async def pwrite(fd: int, data: Any, offset: int) -> int:
     return await await_op(eng, eng.pwrite(fd, data, offset))
 
 
-async def fsync(fd: int) -> None:
-    """``os.fsync`` through the engine."""
+def _fildes(fd: Any) -> int:
+    """The descriptor ``os.fsync`` takes (``PyObject_AsFileDescriptor``): an int, or an object
+    with ``fileno()`` (not an ``__index__`` object); ValueError when negative."""
+    if not isinstance(fd, int):
+        try:
+            fileno = fd.fileno
+        except AttributeError:
+            raise TypeError("argument must be an int, or have a fileno() method.") from None
+        fd = fileno()
+        if not isinstance(fd, int):
+            raise TypeError("fileno() returned a non-integer")
+    if not -(1 << 31) <= fd < 1 << 31:
+        raise OverflowError("Python int too large to convert to C int")
+    if fd < 0:
+        raise ValueError(f"file descriptor cannot be a negative integer ({fd})")
+    return int(fd)
+
+
+async def fsync(fd: FileDescriptorLike) -> None:
+    """``os.fsync`` through the engine (``fd``: a descriptor, or an object with ``fileno()``)."""
+    fd = _fildes(fd)
     eng = get_engine()
     await await_op(eng, eng.fsync(fd))
 
 
-async def fdatasync(fd: int) -> None:
-    """``os.fdatasync`` through the engine."""
+async def fdatasync(fd: FileDescriptorLike) -> None:
+    """``os.fdatasync`` through the engine (``fd``: as for :func:`fsync`)."""
+    fd = _fildes(fd)
     eng = get_engine()
     await await_op(eng, eng.fdatasync(fd))

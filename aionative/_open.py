@@ -85,7 +85,8 @@ def _flags(file: Any, mode: str, buffering: int, encoding: str | None, errors: s
 
 
 def _is_fd(file: Any) -> bool:
-    return isinstance(file, int)
+    # An int that is no C int is a path to FileIO: validate() lets open() refuse it (TypeError).
+    return isinstance(file, int) and -(1 << 31) <= file < 1 << 31
 
 
 class AiofilesContextManager(Generic[F]):
@@ -304,8 +305,7 @@ async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | 
 def _share(f: F, raw: WindowRaw, name: Any) -> F:
     """A file opened from the caller's descriptor keeps that descriptor's offset current."""
     if isinstance(name, int) and raw.kind != STREAM:
-        f._fd_shared = True
-        f._synced_pos = raw.pos
+        f._adopt_fd()
     return f
 
 

@@ -26,6 +26,7 @@ import io
 import mmap
 import os
 from collections.abc import Callable
+from operator import index
 from typing import Any
 
 from ._compat import KERNEL_RW_MAX
@@ -104,6 +105,33 @@ def direct_pwrite_sync(fd: int, off: int, data: bytes, disk_size: int) -> int:
     return new_size
 
 
+def off_t(x: Any) -> int:
+    """An offset or size argument converted as ``FileIO`` converts it to ``off_t`` or
+    ``Py_ssize_t``: ``__index__`` (TypeError for floats, ``None``, …; an ``__index__`` that
+    raises lets its error through), OverflowError outside 64 bits. Callers test
+    ``type(x) is int`` and the range inline first: the common case costs no call."""
+    n = index(x)
+    if -(1 << 63) <= n < 1 << 63:
+        return n
+    raise OverflowError("Python int too large to convert to C long")
+
+
+def c_int(x: Any) -> int:
+    """A C ``int`` argument (``whence``): ``__index__``, OverflowError outside 32 bits."""
+    n = index(x)
+    if -(1 << 31) <= n < 1 << 31:
+        return n
+    raise OverflowError("Python int too large to convert to C int")
+
+
+def check_read_alloc(size: int) -> None:
+    """``os.pread`` (and the native engine) allocate the whole result before reading: a size
+    that cannot be allocated is a MemoryError, however little the file holds. Reads made in
+    pieces (past one system call's limit) check it here: calloc touches no page."""
+    if size > KERNEL_RW_MAX:
+        bytes(size)
+
+
 def _einval() -> OSError:
     return OSError(errno.EINVAL, os.strerror(errno.EINVAL))
 
@@ -126,9 +154,20 @@ class WindowRaw(io.RawIOBase):
         self._fd = fd
         self.kind = kind
         self._readable = readable
+        # Reads go to the descriptor: False when the mode reads but the caller's descriptor
+        # is write-only (open(fd, "r+") on O_WRONLY, as the builtin allows). Nothing is then
+        # fetched or kept in the window, and a read raises the kernel's EBADF from inside
+        # the synchronous call, as it does there (see _miss).
+        self.reads_fd = readable
         self._writable = writable
+        self.writes_fd = writable   # likewise: False for a mode that writes on O_RDONLY
         self.appending = appending
         self._seekable = seekable
+        # What seekable() says: FileIO remembers the outcome of its first lseek(2) (made at
+        # open in append mode, else by the first seek, tell or seekable call), so a first
+        # seek that fails (EINVAL: a negative offset; ENXIO: SEEK_DATA past the end) makes
+        # it say False from then on, while seeks still work. None: not asked yet.
+        self.seekable_said: bool | None = seekable if appending else None
         self.closefd = closefd
         self._isatty = isatty
         self.blksize = blksize
@@ -265,7 +304,9 @@ class WindowRaw(io.RawIOBase):
 
     def seekable(self) -> bool:
         self._check()
-        return self._seekable
+        if self.seekable_said is None:
+            self.seekable_said = self._seekable
+        return self.seekable_said
 
     def isatty(self) -> bool:
         self._check()
@@ -275,9 +316,15 @@ class WindowRaw(io.RawIOBase):
         self._check()
         return self._fd
 
+    # FileIO converts its arguments before it checks closed and mode: so do read, readinto,
+    # write and seek (truncate converts after).
+
     def readinto(self, b: Any) -> int | None:
-        self._check("r")
-        with memoryview(b) as mv, mv.cast("B") as out:
+        with memoryview(b) as mv, mv.cast("B") as out:  # cast: TypeError if not contiguous
+            if mv.readonly:
+                raise TypeError("readinto() argument must be read-write bytes-like object, "
+                                f"not {type(b).__name__}")
+            self._check("r")
             want = len(out)
             if want == 0:
                 return 0
@@ -295,11 +342,25 @@ class WindowRaw(io.RawIOBase):
             if 0 <= i < len(self.buf):
                 n = min(want, len(self.buf) - i)
                 out[:n] = self.buf[i:i + n]
+                if n < want and (self.blocking_reader is not None or not self.in_op):
+                    n += self._read_on(out, n, want)
                 self.pos += n
                 return n
             if self.eof >= 0 and self.pos >= self.eof:
                 return 0
             return self._miss(out, want)
+
+    def _read_on(self, out: memoryview, n: int, want: int) -> int:
+        """The window ended after ``n`` of the ``want`` bytes, in a worker thread or in
+        synchronous use, where the descriptor can be read: the rest as a file's read(2) would
+        return it (a read cut short would move where the buffered layer's next reads start,
+        and what a decoder sees at once). Async operations make the window long enough."""
+        if self.eof >= 0 and self.eof <= self.wend:
+            return 0
+        reader = self.blocking_reader or self._sync_read
+        more = reader(min(want - n, KERNEL_RW_MAX), self.pos + n)
+        out[n:n + len(more)] = more
+        return len(more)
 
     def _sync_read(self, n: int, pos: int) -> bytes:
         if self.kind == STREAM:
@@ -321,14 +382,22 @@ class WindowRaw(io.RawIOBase):
                 self.pos += len(data)
                 self.drop_window()
             return len(data)
+        if not self.reads_fd:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         self.missed = max(self.missed, want)
         return None
 
     def read(self, size: int | None = -1, /) -> bytes | None:
+        if type(size) is int and -(1 << 63) <= size < 1 << 63:
+            n = size
+        else:
+            n = -1 if size is None else off_t(size)
         self._check("r")
-        n = -1 if size is None else size.__index__()
         if n < 0:
             return self.readall()
+        if n > KERNEL_RW_MAX:  # FileIO allocates n bytes, then one read(2) returns no more
+            check_read_alloc(n)
+            n = KERNEL_RW_MAX
         b = bytearray(n)
         got = self.readinto(b)
         if got is None:
@@ -356,8 +425,19 @@ class WindowRaw(io.RawIOBase):
             parts.append(chunk)
 
     def write(self, b: Any) -> int:
+        # A contiguous bytes-like object, as FileIO's "y*" takes (TypeError, BufferError);
+        # copied: the caller's buffer is only valid during this call.
+        t = type(b)
+        if t is bytes:
+            data = b
+        else:
+            view = b if t is memoryview else memoryview(b)
+            if not view.c_contiguous:
+                raise BufferError("memoryview: underlying buffer is not C-contiguous")
+            data = view.tobytes()
         self._check("w")
-        data = bytes(b)  # the caller's buffer is only valid during this call
+        if not self.writes_fd:  # the kernel's answer, at once: the buffers keep the data
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         if not data:
             return 0
         if self.kind == STREAM:
@@ -368,24 +448,31 @@ class WindowRaw(io.RawIOBase):
         off = self.size if self.appending else self.pos
         self.appended = self.appending
         self.staged.append((off, data))
-        self._overlay(off, data)
+        self._overlay(off, data, self.appending)
         self.pos = off + len(data)
         self.size = max(self.size, self.pos)
         if not self.in_op:
             self._sync_flush_staged()
         return len(data)
 
-    def _overlay(self, off: int, data: bytes) -> None:
-        """Keep the window equal to what the file will hold once the staged write lands."""
+    def _overlay(self, off: int, data: bytes, appended: bool = False) -> None:
+        """Keep the window equal to what the file will hold once the staged write lands.
+        An append ends the file, and the position follows it: the window then reaches a
+        known end of file there, whatever it held before (a read that the same call makes
+        next, from the new position, finds the end rather than a miss)."""
         end = off + len(data)
         old_eof = self.eof
-        if old_eof >= 0:
+        if appended:
+            self.eof = end
+        elif old_eof >= 0:
             self.eof = max(old_eof, end)
         wstart, wend = self.wstart, self.wend
-        if not self._readable or end <= wstart:
+        if not self.reads_fd:
             return
         # Past the window: extend it only across a hole after a known end of file (zeros).
-        if off > wend and old_eof != wend:
+        if end <= wstart or off > wend and old_eof != wend:
+            if appended:
+                self.buf, self.wstart = data, off
             return
         buf = self._mutable()
         if end > wend:
@@ -397,7 +484,12 @@ class WindowRaw(io.RawIOBase):
         self._check("w")
         if self.kind == STREAM:
             raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-        size = self.pos if size is None else size.__index__()
+        if size is None:
+            if self.seekable_said is None:  # FileIO asks lseek(2) for the position
+                self.seekable_said = self._seekable
+            size = self.pos
+        elif type(size) is not int or not -(1 << 63) <= size < 1 << 63:
+            size = off_t(size)
         if size < 0:
             raise _einval()
         self.staged.append((size, None))
@@ -406,31 +498,55 @@ class WindowRaw(io.RawIOBase):
             del self._mutable()[max(0, size - self.wstart):]
         self.eof = size
         if not self.in_op:
-            self._sync_flush_staged()
+            try:
+                self._sync_flush_staged()
+            except OSError:  # the file keeps its size (EFBIG, …): so does what we know
+                self.size = self.disk_size = os.fstat(self._fd).st_size
+                self.eof = -1
+                self.drop_window()
+                raise
         return size
 
     def seek(self, pos: int, whence: int = 0) -> int:
+        # FileIO's order: whence (a C int) is converted with the arguments, before the
+        # closed check; the position (an off_t) after it.
+        if type(whence) is not int or not -(1 << 31) <= whence < 1 << 31:
+            whence = c_int(whence)
         self._check()
-        pos = pos.__index__()
-        if not self._seekable:
-            raise _espipe()
-        if self.kind == STREAM:  # a seekable character device: its own position
-            new = os.lseek(self._fd, pos, whence)
-            self.drop_window()
-            self.pos = new
-            return new
-        if whence == os.SEEK_SET:
-            new = pos
-        elif whence == os.SEEK_CUR:
-            new = self.pos + pos
-        elif whence == os.SEEK_END:
-            if not self.in_op and self.blocking_reader is None:
-                self.size = os.fstat(self._fd).st_size
-            new = self.size + pos
-        else:
-            raise _einval()
-        if new < 0:
-            raise _einval()
+        if type(pos) is not int or not -(1 << 63) <= pos < 1 << 63:
+            pos = off_t(pos)
+        try:
+            if not self._seekable:
+                raise _espipe()
+            if self.kind == STREAM:  # a seekable character device: its own position
+                new = os.lseek(self._fd, pos, whence)
+                self.drop_window()
+                self.pos = new
+                return new
+            if whence == os.SEEK_SET:
+                new = pos
+            elif whence == os.SEEK_CUR:
+                new = self.pos + pos
+            elif whence == os.SEEK_END:
+                if not self.in_op and self.blocking_reader is None:
+                    self.size = os.fstat(self._fd).st_size
+                new = self.size + pos
+            else:
+                # SEEK_DATA, SEEK_HOLE, or a whence lseek(2) refuses (EINVAL): the kernel
+                # answers, from the file on disk (the async layer wrote what was staged).
+                new = os.lseek(self._fd, pos, whence)
+            if new < 0 or new >= 1 << 63:
+                raise _einval()
+            if new > self.size:
+                # Past the end: whether the filesystem takes the offset is lseek(2)'s to say
+                # (ext4: up to 16 TiB - 4 KiB, EINVAL beyond); up to the size it always does.
+                os.lseek(self._fd, new, os.SEEK_SET)
+        except OSError:
+            if self.seekable_said is None:
+                self.seekable_said = False
+            raise
+        if self.seekable_said is None:
+            self.seekable_said = True
         if new != self.pos or whence != os.SEEK_CUR:  # seek(0, SEEK_CUR) just asks
             self.appended = False
         self.pos = new
@@ -438,6 +554,8 @@ class WindowRaw(io.RawIOBase):
 
     def tell(self) -> int:
         self._check()
+        if self.seekable_said is None:
+            self.seekable_said = self._seekable
         if not self._seekable:
             raise _espipe()
         if self.kind == STREAM:

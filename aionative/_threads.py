@@ -19,13 +19,61 @@ from operator import index
 from typing import Any, TypeVar
 
 from ._compat import KERNEL_RW_MAX
+from ._raw import check_read_alloc, off_t
 
 T = TypeVar("T")
 
 
-def _check_offset(offset: int) -> None:
-    if offset < 0:
-        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+def _einval() -> OSError:
+    return OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+
+def _fd_slow(fd: Any) -> int:
+    """The native engine's descriptor conversion: ``__index__``, a C int."""
+    n = index(fd)
+    if not -(1 << 31) <= n < 1 << 31:
+        raise OverflowError("fd is out of range")
+    return n
+
+
+def _offset_slow(offset: Any) -> int:
+    """An ``off_t`` offset (OverflowError outside 64 bits); EINVAL when negative, as pread(2)
+    says (io_uring would take -1 for the file position)."""
+    n = off_t(offset)
+    if n < 0:
+        raise _einval()
+    return n
+
+
+# The methods convert with index() and make one range test inline (all the common case
+# costs); arguments out of range go through these, which raise what the native engine raises.
+
+def _fd_offset(fd: Any, offset: Any) -> tuple[int, int]:
+    return _fd_slow(fd), _offset_slow(offset)
+
+
+def _read_args(fd: Any, size: Any, offset: Any) -> tuple[int, int, int]:
+    """pread's arguments, converted in the native engine's order; then the size's sign, and
+    the allocation of the whole result, which ``os.pread`` and the native engine make before
+    reading (MemoryError for a size no file could fill, however little the file holds)."""
+    f = _fd_slow(fd)
+    n = off_t(size)
+    o = _offset_slow(offset)
+    if n < 0:
+        raise _einval()
+    check_read_alloc(n)  # read in pieces of at most KERNEL_RW_MAX below
+    return f, n, o
+
+
+def _view(buffer: Any, writable: bool) -> memoryview:
+    """The buffer a native operation would take (PyBUF_SIMPLE / PyBUF_WRITABLE): contiguous,
+    writable for reads (BufferError otherwise, TypeError for what is no buffer)."""
+    view = memoryview(buffer)
+    if writable and view.readonly:
+        raise BufferError("Object is not writable.")
+    if not view.c_contiguous:
+        raise BufferError("memoryview: underlying buffer is not C-contiguous")
+    return view.cast("B")
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
@@ -71,7 +119,6 @@ _NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)  # Linux 4.14+; None elsew
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 DEFAULT_BUDGET_US = 150.0
 INLINE_MAX = 1 << 20  # larger reads go to a worker (one copy stays well within a budget)
-
 
 
 class ThreadsEngine:
@@ -177,18 +224,16 @@ class ThreadsEngine:
 
     def pread(self, fd: int, size: int, offset: int) -> asyncio.Future[bytes]:
         fd, size, offset = index(fd), index(size), index(offset)
-        _check_offset(offset)
-        if size < 0:
-            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        if not (0 <= fd < 1 << 31 and 0 <= size <= KERNEL_RW_MAX and 0 <= offset < 1 << 63):
+            fd, size, offset = _read_args(fd, size, offset)
         return self._submit(_pread, fd, size, offset)
 
     def read(self, fd: int, size: int, offset: int) -> bytes | asyncio.Future[bytes]:
         """``pread``, completed inline when the page cache holds the data (see the native
         engine's ``read``)."""
         fd, size, offset = index(fd), index(size), index(offset)
-        _check_offset(offset)
-        if size < 0:
-            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        if not (0 <= fd < 1 << 31 and 0 <= size <= KERNEL_RW_MAX and 0 <= offset < 1 << 63):
+            fd, size, offset = _read_args(fd, size, offset)
         if self._closed:
             raise RuntimeError("aionative: engine is closed")
         if size == 0:  # nothing to wait for; os.pread reports what it reports (EISDIR, ...)
@@ -208,14 +253,13 @@ class ThreadsEngine:
     def readinto(self, fd: int, buffer: Any, offset: int) -> int | asyncio.Future[int]:
         """``preadinto``, completed inline when the page cache holds the data."""
         fd, offset = index(fd), index(offset)
-        _check_offset(offset)
-        view = memoryview(buffer).cast("B")
-        if view.readonly:
-            raise BufferError("Object is not writable.")
+        if not (0 <= fd < 1 << 31 and 0 <= offset < 1 << 63):
+            fd, offset = _fd_offset(fd, offset)
+        view = _view(buffer, True)
         if self._closed:
             raise RuntimeError("aionative: engine is closed")
-        if len(view) == 0:  # as read(): an empty preadv would skip the file's checks
-            os.pread(fd, 0, offset)
+        if len(view) == 0:  # nothing to wait for; os.preadv reports what it reports (EBADF)
+            os.preadv(fd, [view], offset)
             self._stats["inline_hits"] += 1
             return 0
         if len(view) <= INLINE_MAX and self._inline_allowed(fd):
@@ -264,16 +308,15 @@ class ThreadsEngine:
 
     def preadinto(self, fd: int, buffer: Any, offset: int) -> asyncio.Future[int]:
         fd, offset = index(fd), index(offset)
-        _check_offset(offset)
-        view = memoryview(buffer).cast("B")
-        if view.readonly:
-            raise BufferError("Object is not writable.")
-        return self._submit(_preadinto, fd, view, offset)
+        if not (0 <= fd < 1 << 31 and 0 <= offset < 1 << 63):
+            fd, offset = _fd_offset(fd, offset)
+        return self._submit(_preadinto, fd, _view(buffer, True), offset)
 
     def pwrite(self, fd: int, data: Any, offset: int) -> asyncio.Future[int]:
         fd, offset = index(fd), index(offset)
-        _check_offset(offset)
-        return self._submit(_pwrite, fd, memoryview(data).cast("B"), offset)
+        if not (0 <= fd < 1 << 31 and 0 <= offset < 1 << 63):
+            fd, offset = _fd_offset(fd, offset)
+        return self._submit(_pwrite, fd, _view(data, False), offset)
 
     def fsync(self, fd: int) -> asyncio.Future[None]:
         return self._submit(os.fsync, index(fd))
