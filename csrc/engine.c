@@ -1424,7 +1424,8 @@ static PyMethodDef Engine_methods[] = {
      "(not cached, an error, or O_CREAT/O_TRUNC/O_TMPFILE)"},
     {"close_cached", (PyCFunction)Engine_close_cached, METH_O,
      "close_cached(fd) -> bool: close(2) inline when it cannot wait (a linked regular file "
-     "opened read-only on a local filesystem) and the budget allows; False: use close_fd"},
+     "opened read-only on a local filesystem) and the fast path is on (not bounded by the "
+     "budget); False: use close_fd"},
     {"statx", (PyCFunction)Engine_statx, METH_VARARGS,
      "statx(dirfd, path: bytes, flags, mask, filename) -> Future[tuple]"},
     {"unlinkat", (PyCFunction)Engine_unlinkat, METH_VARARGS,

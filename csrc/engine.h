@@ -253,8 +253,9 @@ PyObject *inline_read_file(engine_t *e, int dirfd, const char *path);
  * O_NONBLOCK first, cleared afterwards unless `flags` has it. */
 PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags);
 /* close(2) inline of a descriptor whose close cannot wait: a regular file, still linked,
- * opened read-only, on a local filesystem (no ->flush). 1 closed, 0 not (use the queue), -1
- * error (the descriptor is closed all the same, as close(2) leaves it). */
+ * opened read-only, on a local filesystem (no ->flush); whenever the fast path is on, even
+ * with the budget spent. 1 closed, 0 not (use the queue), -1 error (the descriptor is
+ * closed all the same, as close(2) leaves it). */
 int inline_close(engine_t *e, int fd);
 
 /* lines.c: LineGate and LineStep, the inline step of `async for` over a file */

@@ -540,3 +540,26 @@ async def test_closing_a_closed_descriptor_says_ebadf(backend: str, tmp_path: Pa
     with pytest.raises(OSError) as exc:
         await _k.close_fd(fd)
     assert exc.value.errno == errno.EBADF
+
+
+@pytest.mark.asyncio
+async def test_close_cached_does_not_wait_for_a_spent_budget(native_backend: str,
+                                                            tmp_path: Path) -> None:
+    """A close that cannot wait costs less than queueing it (on Linux AIO, a worker thread):
+    it is done inline even after the iteration's budget is spent; only budget 0 turns it off."""
+    aionative.set_inline_budget(1)
+    try:
+        eng = _core_engine()
+        path = tmp_path / "f"
+        hot_file(path, 10)
+        fd = eng.open_cached(AT_FDCWD, os.fsencode(path), os.O_RDONLY)
+        assert isinstance(fd, int)
+        time.sleep(0.001)  # noqa: ASYNC251 - spends the iteration's 1 µs budget
+        assert eng.open_cached(AT_FDCWD, os.fsencode(path), os.O_RDONLY) is False
+        assert eng.close_cached(fd) is True
+        aionative.set_inline_budget(0)
+        fd = os.open(path, os.O_RDONLY)
+        assert aionative.get_engine().close_cached(fd) is False
+        os.close(fd)
+    finally:
+        aionative.set_inline_budget(None)
