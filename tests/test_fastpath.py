@@ -53,6 +53,16 @@ def hot_file(path: Path, size: int = HOT) -> tuple[int, bytes]:
     return fd, data
 
 
+def hot_files(tmp_path: Path, count: int, step: int) -> list[tuple[Path, bytes]]:
+    """``count`` cached files f0, f1, … of 0, step, 2·step, … bytes, and their contents."""
+    files = []
+    for i in range(count):
+        fd, data = hot_file(tmp_path / f"f{i}", step * i)
+        os.close(fd)
+        files.append((tmp_path / f"f{i}", data))
+    return files
+
+
 def delta(before: dict[str, int], key: str) -> int:
     return aionative.engine_stats()[key] - before[key]
 
@@ -321,11 +331,7 @@ def _fds() -> int:
 async def test_read_bytes_of_a_hot_small_file_is_one_inline_call(native_backend: str,
                                                                  tmp_path: Path) -> None:
     """Open (openat2 RESOLVE_CACHED), fstat, read and close inside the call: no kernel queue."""
-    files = []
-    for i in range(50):
-        fd, data = hot_file(tmp_path / f"f{i}", 1000 * i)
-        os.close(fd)
-        files.append((tmp_path / f"f{i}", data))
+    files = hot_files(tmp_path, 50, 1000)
     fds = _fds()
     before = aionative.engine_stats()
 
@@ -418,11 +424,7 @@ async def test_aionative_open_of_a_hot_file_never_reaches_the_queue(native_backe
     """``async with aionative.open(path, "rb")`` + ``read()`` of cached files: the open
     (openat2 RESOLVE_CACHED), the read and the close are done inside the calls — no kernel
     queue and no worker thread, on Linux AIO too, whose kernel interface opens nothing."""
-    files = []
-    for i in range(50):
-        fd, data = hot_file(tmp_path / f"f{i}", 997 * i)
-        os.close(fd)
-        files.append((tmp_path / f"f{i}", data))
+    files = hot_files(tmp_path, 50, 997)
     fds = _fds()
     threads = threading.active_count()
     before = aionative.engine_stats()
