@@ -408,8 +408,11 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
         break;
     }
     if (more && !op->cancel_sent) {
-        if ((uint64_t)res == op->cur)
-            e->st.splits += op->cur == KERNEL_RW_MAX;
+        /* Every further piece of an operation larger than KERNEL_RW_MAX is a split, also
+         * after a short piece (a buffered write under memory pressure may stop early); any
+         * other continuation is a retry of a short transfer. */
+        if (op->len > KERNEL_RW_MAX)
+            e->st.splits++;
         else
             e->st.retries++;
         engine_enqueue(e, idx);
