@@ -13,6 +13,7 @@ import fcntl
 import os
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from operator import index
@@ -91,28 +92,36 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
+# The two workers below release their view before they return: the executor's work item keeps
+# its arguments until after the future is resolved, and an export still held then would make the
+# caller's ``mmap.close()`` or ``bytearray`` resize fail (BufferError) once the await is over.
+
 def _preadinto(fd: int, buf: memoryview, offset: int) -> int:
-    done = 0
-    while True:
-        want = min(len(buf) - done, KERNEL_RW_MAX)
-        n = os.preadv(fd, [buf[done : done + want]], offset + done)
-        done += n
-        if n < want or done >= len(buf) or n == 0:
-            return done
+    with buf:
+        done = 0
+        while True:
+            want = min(len(buf) - done, KERNEL_RW_MAX)
+            with buf[done : done + want] as piece:
+                n = os.preadv(fd, [piece], offset + done)
+            done += n
+            if n < want or done >= len(buf) or n == 0:
+                return done
 
 
 def _pwrite(fd: int, data: memoryview, offset: int) -> int:
-    done = 0
-    while True:
-        try:
-            n = os.pwrite(fd, data[done : done + KERNEL_RW_MAX], offset + done)
-        except OSError as exc:
-            if done:  # like BlockingIOError: how much of `data` did reach the file
-                setattr(exc, "characters_written", done)  # noqa: B010 - not typed on OSError
-            raise
-        done += n
-        if done >= len(data) or n == 0:
-            return done
+    with data:
+        done = 0
+        while True:
+            try:
+                with data[done : done + KERNEL_RW_MAX] as piece:
+                    n = os.pwrite(fd, piece, offset + done)
+            except OSError as exc:
+                if done:  # like BlockingIOError: how much of `data` did reach the file
+                    setattr(exc, "characters_written", done)  # noqa: B010 - not typed on OSError
+                raise
+            done += n
+            if done >= len(data) or n == 0:
+                return done
 
 
 _NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)  # Linux 4.14+; None elsewhere
@@ -138,6 +147,10 @@ class ThreadsEngine:
         self._budget_ns = int(DEFAULT_BUDGET_US * 1000) if _NOWAIT is not None else 0
         self._window_start = 0
         self._spent = False
+        # Reads a spent budget refused, oldest first, and whether a turn to retry them is queued.
+        self._deferred: deque[tuple[asyncio.Future[Any], Callable[..., Any], tuple[Any, ...]]]
+        self._deferred = deque()
+        self._drain_queued = False
 
     @property
     def inline_budget_us(self) -> float:
@@ -273,13 +286,35 @@ class ThreadsEngine:
     def _next_turn(self, method: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         """The budget is spent: try again on the loop's next iteration (when ``_reopen``, which
         was scheduled before, has renewed it) rather than hand the read to a worker — a thread
-        hop costs tens of microseconds and the GIL, a turn of the loop a few."""
+        hop costs tens of microseconds and the GIL, a turn of the loop a few.
+
+        Refused reads wait in one queue, oldest first, drained by one callback per turn for as
+        long as the renewed budget lasts: N reads issued at once cost O(N), not a retry of every
+        waiting read on every turn."""
         loop = self._loop_ref()
         if loop is None or self._closed:
             raise RuntimeError("aionative: engine is closed")
         fut: asyncio.Future[Any] = loop.create_future()
-        loop.call_soon(self._retry, fut, method, args)
+        self._deferred.append((fut, method, args))
+        if not self._drain_queued:
+            self._drain_queued = True
+            loop.call_soon(self._drain)
         return fut
+
+    def _drain(self) -> None:
+        self._drain_queued = False
+        queue = self._deferred
+        while queue:
+            if self._spent:  # this turn's budget is gone too: the rest wait for the next one
+                loop = self._loop_ref()
+                if loop is not None and not self._closed:
+                    if not self._drain_queued:  # (a read re-queued just now may have queued it)
+                        self._drain_queued = True
+                        loop.call_soon(self._drain)
+                    return
+                # the engine closed under them: each gets the error a new read would get
+            fut, method, args = queue.popleft()
+            self._retry(fut, method, args)
 
     def _retry(self, fut: asyncio.Future[Any], method: Callable[..., Any],
                args: tuple[Any, ...]) -> None:
