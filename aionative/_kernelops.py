@@ -13,6 +13,8 @@ import asyncio
 import errno
 import functools
 import os
+import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -66,18 +68,72 @@ def _native(name: str, eng: Any = None) -> Engine | None:
     return eng  # type: ignore[no-any-return]
 
 
+class _Deferred:
+    """Inline calls a spent budget refused, oldest first, for one engine. One callback per loop
+    turn runs them while the renewed budget lasts; each caller waits on its own future. (Each
+    caller retrying on every turn instead cost O(waiting callers) per turn: at 24 concurrent
+    opens, ten attempts per open.)"""
+
+    __slots__ = ("engine", "queue", "queued")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = weakref.ref(engine)
+        self.queue: deque[tuple[asyncio.Future[Any], str, tuple[Any, ...]]] = deque()
+        self.queued = False
+
+    def drain(self) -> None:
+        self.queued = False
+        eng, queue = self.engine(), self.queue
+        while queue:
+            fut, method, args = queue[0]
+            if fut.done():  # its caller was cancelled
+                queue.popleft()
+                continue
+            try:
+                res = False if eng is None else getattr(eng, method)(*args)
+            except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting caller
+                queue.popleft()
+                fut.set_exception(exc)
+                continue
+            if res is False:
+                if eng is not None and not eng.closed:  # spent again: the rest wait a turn
+                    self.queued = True
+                    fut.get_loop().call_soon(self.drain)
+                    return
+                res = None  # engine gone: the caller takes the queued path, which reports it
+            queue.popleft()
+            fut.set_result(res)
+
+
+_deferred: weakref.WeakKeyDictionary[Any, _Deferred] = weakref.WeakKeyDictionary()
+
+
 async def after_a_turn(method: str, *args: Any) -> Any:
-    """An inline engine call that said False (this iteration's budget is spent): wait one turn
-    of the loop, which renews the budget, and call it again — far cheaper than the queued
-    operations it stands for. None if the loop's engine is now the threads backend."""
-    while True:
-        await asyncio.sleep(0)
-        eng = get_engine()
-        if isinstance(eng, ThreadsEngine):
-            return None
-        res = getattr(eng, method)(*args)
-        if res is not False:
-            return res
+    """An inline engine call that said False (this iteration's budget is spent): run it again
+    on a later turn of the loop, which renews the budget — far cheaper than the queued
+    operations it stands for. None if it can no longer run inline (the caller then queues it).
+
+    A result that is an ``int`` is a descriptor (``open_cached``, ``read_file``): it is closed
+    if the caller is cancelled after the call ran."""
+    eng = get_engine()
+    if isinstance(eng, ThreadsEngine):
+        return None
+    d = _deferred.get(eng)
+    if d is None:
+        d = _deferred[eng] = _Deferred(eng)
+    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    d.queue.append((fut, method, args))
+    if not d.queued:
+        d.queued = True
+        fut.get_loop().call_soon(d.drain)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            res = fut.result()
+            if type(res) is int:
+                os.close(res)
+        raise
 
 
 def _dirfd(dir_fd: int | None) -> int:

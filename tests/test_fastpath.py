@@ -557,6 +557,86 @@ async def test_open_cached_waits_a_turn_when_the_budget_is_spent(native_backend:
         aionative.set_inline_budget(None)
 
 
+class _CountingEngine:
+    """The running engine, counting the ``open_cached`` calls made through it."""
+
+    def __init__(self, eng: Any) -> None:
+        self._eng = eng
+        self.attempts = 0
+
+    def open_cached(self, *args: Any) -> Any:
+        self.attempts += 1
+        return self._eng.open_cached(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._eng, name)
+
+
+@pytest.mark.asyncio
+async def test_opens_a_spent_budget_refused_are_tried_about_once_each(
+        native_backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused opens wait in one queue, oldest first, run by one callback a turn: 200 opens
+    issued at once are attempted a few times each in all — not once per waiting open per turn
+    (each caller retrying every turn made ten attempts an open at 24 concurrent opens)."""
+    counting = _CountingEngine(_core_engine())
+    monkeypatch.setattr(_k, "get_engine", lambda: counting)
+    path = tmp_path / "f"
+    hot_file(path, 10)
+    aionative.set_inline_budget(2)   # a couple of opens a turn
+    try:
+        before = counting.stats()
+        n = 200
+        fds = await asyncio.gather(*[_k.open_fd(path, os.O_RDONLY) for _ in range(n)])
+        for fd in fds:
+            os.close(fd)
+        assert len(set(fds)) == n
+        assert delta(before, "budget_exhausted") > 10   # many turns were needed
+        assert delta(before, "submitted") == 0          # none went to the kernel queue
+        assert counting.attempts <= 3 * n, counting.attempts
+    finally:
+        aionative.set_inline_budget(None)
+
+
+@pytest.mark.asyncio
+async def test_a_caller_cancelled_after_its_refused_open_ran_leaks_nothing(
+        native_backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue's callback opens the file for a waiting caller; if that caller is cancelled
+    before it resumes, the descriptor is closed, not leaked."""
+    path = tmp_path / "f"
+    hot_file(path, 10)
+    drain = _k._Deferred.drain
+    victims: list[asyncio.Task[int]] = []
+    ran: list[bool] = []
+
+    def drain_then_cancel(self: _k._Deferred) -> None:
+        waiting = [fut for fut, _, _ in self.queue]
+        drain(self)
+        ran.append(any(f.done() and not f.cancelled() for f in waiting))
+        for t in victims:
+            t.cancel()  # its open has run; it has not resumed yet
+
+    monkeypatch.setattr(_k._Deferred, "drain", drain_then_cancel)
+    aionative.set_inline_budget(1)
+    try:
+        eng = _core_engine()
+        fds = _fds()
+
+        async def victim() -> int:
+            fd = eng.open_cached(AT_FDCWD, os.fsencode(path), os.O_RDONLY)
+            assert isinstance(fd, int)
+            os.close(fd)
+            time.sleep(0.001)  # noqa: ASYNC251 - spends the iteration's 1 µs budget
+            return await _k.open_fd(path, os.O_RDONLY)  # refused now: queued
+
+        victims.append(asyncio.ensure_future(victim()))
+        with pytest.raises(asyncio.CancelledError):
+            await victims[0]
+        assert ran == [True]
+        assert _fds() == fds
+    finally:
+        aionative.set_inline_budget(None)
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("case", ["read-only", "write-only", "read-write", "unlinked", "pipe",
                                   "fault"])
