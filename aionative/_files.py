@@ -180,6 +180,22 @@ _BOUNDED_CODECS = frozenset({
 class AsyncBase(Generic[S]):
     """What every async file shares: the call machinery and the members all modes have."""
 
+    # State that starts the same in every file: class attributes, set on the instance only
+    # when it changes (a file costs fewer dictionary writes to open).
+    _busy = False
+    # Bytes (an upper bound) written since the last flush: they may still sit in the
+    # buffered or text layer, and a read flushes them to the raw layer first, moving the
+    # raw position by as much — the window must reach that far too.
+    _dirty = 0
+    _readahead = _READAHEAD_MIN
+    _bufsize = io.DEFAULT_BUFFER_SIZE
+    _unlink_on_close: Any = None  # a NamedTemporaryFile's path
+    _unlink_on_exit: Any = None   # … with delete_on_close=False (3.12+)
+    # Opened from a descriptor the caller holds: keep the descriptor's offset where
+    # FileIO's read(2)/write(2) would leave it, and follow it if the caller moves it.
+    _fd_shared = False
+    _synced_pos = -1
+
     def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None = None,
                  executor: Executor | None = None, *, raw: WindowRaw | None = None,
                  route: str = "thread") -> None:
@@ -189,25 +205,12 @@ class AsyncBase(Generic[S]):
         self._raw = raw
         self._route = route     # "engine" | "stream" (engine reads at the fd's position) |
         #                         "thread" (streams without a kernel path)
-        self._busy = False
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        # Bytes (an upper bound) written since the last flush: they may still sit in the
-        # buffered or text layer, and a read flushes them to the raw layer first, moving the
-        # raw position by as much — the window must reach that far too.
-        self._dirty = 0
         self._unfinished: list[asyncio.Future[Any]] = []
         self._unfinished_staged: list[tuple[int, bytes | None]] = []
-        self._readahead = _READAHEAD_MIN
-        self._bufsize = io.DEFAULT_BUFFER_SIZE
-        self._unlink_on_close: Any = None  # a NamedTemporaryFile's path
-        self._unlink_on_exit: Any = None   # … with delete_on_close=False (3.12+)
         # How many more lines ``async for`` may read without checking the window (see
         # __anext__); any other call sets its budget to 0.
         self._gate: Any = _NO_GATE
-        # Opened from a descriptor the caller holds: keep the descriptor's offset where
-        # FileIO's read(2)/write(2) would leave it, and follow it if the caller moves it.
-        self._fd_shared = False
-        self._synced_pos = -1
 
     # --- the machinery --------------------------------------------------------------------
 

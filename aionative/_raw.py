@@ -147,10 +147,27 @@ class WindowRaw(io.RawIOBase):
     name: Any
     mode: str
 
+    # State that starts the same in every file: class attributes, set on the instance only
+    # when it changes (a file costs fewer dictionary writes to open).
+    # The window: file bytes [wstart, wstart + len(buf)) (a regular file), or the stream's
+    # unread bytes from buf[rpos:] (a stream; wstart unused).
+    # bytes as fetched (no copy) until something must change it in place (see _mutable).
+    buf: bytes | bytearray = b""
+    wstart = 0
+    rpos = 0
+    eof = -1                    # offset known to be end-of-file in this operation, or -1
+    stream_eof = False          # a stream read returned 0 in this operation
+    missed = 0                  # bytes the last read beyond the window wanted (0: none)
+    in_op = False               # an async operation is running the stack right now
+    blocking_reader: Callable[[int, int], bytes] | None = None  # set in a worker
+    _closed_fd = False
+    direct = False              # O_DIRECT: aligned transfers through bounce buffers
+    appended = False            # the position was last set by an append: the kernel's end of
+    #                             file decides it once the write lands
+
     def __init__(self, fd: int, *, kind: int, readable: bool, writable: bool, appending: bool,
                  created: bool, seekable: bool, closefd: bool, size: int, pos: int,
                  blksize: int, isatty: bool) -> None:
-        super().__init__()
         self._fd = fd
         self.kind = kind
         self._readable = readable
@@ -171,26 +188,11 @@ class WindowRaw(io.RawIOBase):
         self.closefd = closefd
         self._isatty = isatty
         self.blksize = blksize
-        self.mode = _mode_string(readable, writable, appending, created)
-        # The window: file bytes [wstart, wstart + len(buf)) (a regular file), or the stream's
-        # unread bytes from buf[rpos:] (a stream; wstart unused).
-        # bytes as fetched (no copy) until something must change it in place (see _mutable).
-        self.buf: bytes | bytearray = b""
-        self.wstart = 0
-        self.rpos = 0
+        self.mode = _MODES[readable, writable, appending, created]
         self.pos = pos
         self.size = size            # the file's size as we know it (regular files)
-        self.eof = -1               # offset known to be end-of-file in this operation, or -1
-        self.stream_eof = False     # a stream read returned 0 in this operation
-        self.missed = 0             # bytes the last read beyond the window wanted (0: none)
         self.staged: list[tuple[int, bytes | None]] = []  # (offset, data) or (size, None)
-        self.in_op = False          # an async operation is running the stack right now
-        self.blocking_reader: Callable[[int, int], bytes] | None = None  # set in a worker
-        self._closed_fd = False
-        self.direct = False         # O_DIRECT: aligned transfers through bounce buffers
         self.disk_size = size       # the size on disk (direct writes pad, then trim to it)
-        self.appended = False       # the position was last set by an append: the kernel's
-        #                             end of file decides it once the write lands
 
     # --- state the async layer drives ---------------------------------------------------
 
@@ -629,3 +631,8 @@ def _mode_string(readable: bool, writable: bool, appending: bool, created: bool)
     if readable:
         return "rb+" if writable else "rb"
     return "wb"
+
+
+_MODES = {(r, w, a, c): _mode_string(r, w, a, c)
+          for r in (False, True) for w in (False, True) for a in (False, True)
+          for c in (False, True)}
