@@ -843,13 +843,6 @@ def ref_lowlevel(name: str, args: list[Any]) -> Any:
     return getattr(os, name)(*args)
 
 
-def _nbytes(x: Any) -> int | None:
-    try:
-        return memoryview(x).nbytes
-    except TypeError:
-        return None
-
-
 GOOD_ARGS: dict[str, Callable[[], list[Any]]] = {
     "pread": lambda: [_DEVNULL, 1, 0], "preadinto": lambda: [_DEVNULL, bytearray(1), 0],
     "pwrite": lambda: [_DEVNULL, b"", 0], "fsync": lambda: [_DEVNULL],
@@ -873,9 +866,6 @@ def lowlevel_difference(backend: str, name: str, fd: FdArg, args: list[Any]
                         ) -> tuple[str, str] | None:
     """("difference" | "bug", what) for a call whose outcome legitimately differs, or that
     hits a bug reproduced by an xfail test; None for calls that must match."""
-    if backend != "threads" and name == "preadinto" and fd.label == "dir" and \
-            _nbytes(args[1]) == 0:
-        return ("bug", "test_bug_preadinto_an_empty_buffer_from_a_directory")
     if bad_arguments(name, args) >= 2:
         # Which of two invalid arguments is reported depends on the order of the checks
         # (ours checks the offset's sign before the buffer, before allocating the result).
@@ -1359,22 +1349,33 @@ async def test_fixed_what_a_descriptor_allows_and_the_mode_does_not_say(
 
 
 @pytest.mark.asyncio
-async def test_bug_preadinto_an_empty_buffer_from_a_directory(
-        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """preadinto(dirfd, bytearray(0), 0): os.preadv returns 0 (readv(2) returns before the
-    file type is asked when there is nothing to read; it still checks the access mode, EBADF);
-    the native engines make an empty pread(2) instead (csrc inline_empty_read, shared with
-    read()), which says EISDIR. Threads: fixed (an empty os.preadv). Found by the fuzzer."""
-    if backend != "threads":  # needs a change in csrc/engine.c: see docs/reliability.md
-        request.applymarker(XFAIL)
+async def test_fixed_preadinto_an_empty_buffer_from_a_directory(backend: str, tmp_path: Path
+                                                              ) -> None:
+    """Found by the fuzzer (fixed): preadinto(dirfd, bytearray(0), 0) raised EISDIR on the
+    native engines; os.preadv returns 0 (a vectored read of nothing returns before the read
+    method is asked; it still checks the access mode, EBADF, and the offset, EINVAL). The
+    engines made an empty pread(2) for it, as for read(); an empty readinto now makes an
+    empty preadv(2), as os.preadv does (csrc/inline.c). pread(dirfd, 0, 0) still says EISDIR,
+    as os.pread does."""
     async def body() -> None:
+        for fd in (dfd, wfd):
+            for off in (0, 5, -2):
+                want = sync_outcome(lambda fd=fd, off=off: os.preadv(fd, [bytearray(0)], off))
+                got = await async_outcome(
+                    lambda fd=fd, off=off: aionative.preadinto(fd, bytearray(0), off))
+                assert got == want, (fd, off, got, want)
+                want = sync_outcome(lambda fd=fd, off=off: os.pread(fd, 0, off))
+                got = await async_outcome(lambda fd=fd, off=off: aionative.pread(fd, 0, off))
+                assert got == want, (fd, off, got, want)
         assert await aionative.preadinto(dfd, bytearray(0), 0) == 0
 
     dfd = os.open(tmp_path, os.O_RDONLY)
+    wfd = os.open(tmp_path / "w", os.O_WRONLY | os.O_CREAT)
     try:
         await _plain_failure(body())
     finally:
         os.close(dfd)
+        os.close(wfd)
 
 
 @XFAIL
