@@ -557,11 +557,6 @@ class FileMachine(RuleBasedStateMachine):
                 self.stepped_around["after_a_failed_buffered_write"] = (
                     self.stepped_around.get("after_a_failed_buffered_write", 0) + 1)
                 continue
-            if exp == ("raise", ("OSError", errno.EFBIG)) and res[0] == "raise" and res != exp \
-                    and skip(("bug", OWN_ERROR_FIRST), self.stepped_around):
-                pair.write_failed = True  # the builtin keeps the data: as after a failed write
-                failed_at = min(failed_at, i)
-                continue
             if len(oargs) > ARITY.get(name, 0) or unsupported[name] and not all(
                     _clean(x, pair.binary) for x in oargs):
                 # One argument too many (the builtin's methods for what the mode does not
@@ -1378,26 +1373,36 @@ async def test_fixed_preadinto_an_empty_buffer_from_a_directory(backend: str, tm
         os.close(wfd)
 
 
-@XFAIL
 @pytest.mark.asyncio
 @pytest.mark.usefixtures("bounded_file_size")
-async def test_bug_a_failing_call_reports_its_own_error_before_its_write(
+async def test_fixed_a_failing_call_reports_its_own_error_before_its_write(
         backend: str, tmp_path: Path) -> None:
-    """A call whose synchronous part writes buffered data and then fails (here truncate() of
-    an offset past off_t: the builtin's BufferedWriter flushes first) raises its own error
-    (OverflowError); the builtin raises the write's (EFBIG: the data lies past RLIMIT_FSIZE),
-    which came first. Ours stages the write, and hands it to the engine only when the call
-    returns: on an exception, at the next call, which reports it. Found by the fuzzer.
-
-    The fix (in _files.py, every locked method): when the synchronous call raises with writes
-    staged, push them before re-raising, so that a failed write's error replaces the call's,
-    as in the builtin."""
+    """Found by the fuzzer (fixed): a call whose synchronous part writes buffered data and
+    then fails (here truncate() of an offset past off_t: the builtin's BufferedWriter flushes
+    first) raised its own error (OverflowError); the builtin raises the write's (EFBIG: the
+    data lies past RLIMIT_FSIZE), which came first. Ours staged the write and handed it to the
+    engine only when the call returned: on an exception, at the next call, which reported it.
+    Likewise "rb+" on an O_WRONLY descriptor, write(), readlines(): EBADF on both, but the
+    builtin's write was in the file when the call returned, ours only after the next call.
+    Every locked method now pushes what is staged before re-raising (_push_after_error)."""
     outs = await _both(tmp_path / "a", tmp_path / "b", "wb", lambda f: [
         lambda: f.seek(FSIZE_CAP + 10), lambda: f.write(b"x"), lambda: f.truncate(-2**64)])
     assert outs[0][:3] == outs[1][:3]
+    for name in ("readlines", "read", "readline"):
+        outs = []
+        for side in "ab":
+            p = tmp_path / f"{name}-{side}"
+            p.write_bytes(b"hello\nworld\n")
+            fd = os.open(p, os.O_WRONLY)
+            f = (open(fd, "rb+") if side == "a"  # noqa: SIM115, ASYNC230 - the reference
+                 else await aionative.open(fd, "rb+"))
+            res = [await async_outcome(lambda f=f: f.write(b"abc")),
+                   await async_outcome(getattr(f, name)), p.read_bytes()]
+            res.append(await async_outcome(f.close))
+            outs.append(res)
+        assert outs[0] == outs[1], name
 
 
-OWN_ERROR_FIRST = "test_bug_a_failing_call_reports_its_own_error_before_its_write"
 
 
 def _use_threads() -> Iterator[str]:
