@@ -1403,6 +1403,150 @@ async def test_fixed_a_failing_call_reports_its_own_error_before_its_write(
         assert outs[0] == outs[1], name
 
 
+# Finds of the long run of 2026-11-22 (a clone at 6170585; docs/reliability.md): fixed by
+# 2734531, which came before their reproducers (each differs on a build of 2734531^).
+
+def _pread(f: Any, size: Any, off: Any) -> Callable[[], Any]:
+    """f.pread on ours, os.pread on the builtin's descriptor (after the same checks)."""
+    if isinstance(f, AsyncBase):
+        return lambda: f.pread(size, off)
+    return lambda: ref_call(f, "pread", [size, off])
+
+
+def _pwrite(f: Any, data: bytes, off: int) -> Callable[[], Any]:
+    if isinstance(f, AsyncBase):
+        return lambda: f.pwrite(data, off)
+    return lambda: ref_call(f, "pwrite", [data, off])
+
+
+@pytest.mark.asyncio
+async def test_fixed_read1_after_a_readline_that_ends_at_the_readahead_boundary(
+        backend: str, tmp_path: Path) -> None:
+    """Long run, find 2 (fixed): "rb", buffering=7, read(32760), readline() (its line ends
+    at 32768, the first read-ahead's end), read1(): ours returned b"0123456" (tell() 32775),
+    the builtin b"012345" (32774): the window held nothing past the line, so the buffered
+    layer's raw read was cut short."""
+    for p in (tmp_path / "a", tmp_path / "b"):
+        p.write_bytes(b"0123456789abcde\n" * 4096)
+    outs = await _both(tmp_path / "a", tmp_path / "b", "rb", lambda f: [
+        lambda: f.read(32760), f.readline, f.read1, f.tell], buffering=7)
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.asyncio
+async def test_fixed_file_pread_offsets_below_off_t(backend: str, tmp_path: Path) -> None:
+    """Long run, find 3 (fixed): f.pread(-2**64, 4) and f.pread(4, -2**64) (anything below
+    -2**63) raised EINVAL with direct=True (and on threads without it); os.pread raises
+    OverflowError (the conversion to off_t/Py_ssize_t comes first)."""
+    for direct in (False, True):
+        pa, pb = tmp_path / f"a{direct}", tmp_path / f"b{direct}"
+        for p in (pa, pb):
+            p.write_bytes(b"0123456789")
+        steps = [(-2**64, 4), (4, -2**64), (4, -2**63 - 1), (2**64, 0), (4, 2)]
+        with open(pa, "rb") as s:  # noqa: ASYNC230 - the reference
+            want = [sync_outcome(_pread(s, *a)) for a in steps]
+        async with aionative.open(pb, "rb", direct=direct) as o:
+            got = [await async_outcome(_pread(o, *a)) for a in steps]
+        assert got == want, direct
+
+
+@pytest.mark.asyncio
+async def test_fixed_unbuffered_seek_past_off_t(backend: str, tmp_path: Path) -> None:
+    """Long run, find 4 (fixed): buffering=0, seek(-2**64) raised EINVAL (builtin:
+    OverflowError); seek(2**63) and seek(2**64) succeeded (tell() then said so; builtin:
+    OverflowError, position unchanged)."""
+    for p in (tmp_path / "a", tmp_path / "b"):
+        p.write_bytes(b"0123456789")
+    outs = await _both(tmp_path / "a", tmp_path / "b", "rb", lambda f: [
+        lambda: f.seek(3), lambda: f.seek(-2**64), f.tell, lambda: f.seek(2**63), f.tell,
+        lambda: f.seek(2**64), f.tell, lambda: f.seek(-2**63 - 1, os.SEEK_CUR), f.tell],
+        buffering=0)
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.asyncio
+async def test_fixed_line_buffered_writelines_on_a_read_only_descriptor(
+        backend: str, tmp_path: Path) -> None:
+    """Long run, find 5 (fixed): open(fd_rdonly, "w+", buffering=1), writelines(["\\n",
+    ["a"]]): ours raised TypeError (it checked every line before writing any); the builtin
+    writes, and so flushes, the first line before it sees the bad one: OSError(EBADF)."""
+    outs = await _both_fd(tmp_path, os.O_RDONLY, "w+", lambda f: [
+        lambda: f.writelines(["\n", ["a"]]), f.tell, lambda: f.writelines(["b", 5])],
+        buffering=1, encoding="utf-8")
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.asyncio
+async def test_fixed_huge_read_on_a_write_only_descriptor(backend: str, tmp_path: Path) -> None:
+    """Long run, find 6 (fixed): open(fd, "w+") on an O_WRONLY | O_APPEND descriptor,
+    read(2**44 + 3): ours raised EBADF (it fetched first); the builtin MemoryError (it
+    allocates the 16 TiB buffer before its read(2) says EBADF). Reads on a descriptor that
+    cannot read now run the synchronous call at once, in its order."""
+    for mode, kw in (("w+", {"encoding": "utf-8"}), ("wb+", {}), ("wb+", {"buffering": 0})):
+        outs = await _both_fd(tmp_path, os.O_WRONLY | os.O_APPEND, mode, lambda f: [
+            lambda: f.read(2**44 + 3), f.tell, lambda: f.read(5)], **kw)
+        assert outs[0] == outs[1], mode
+
+
+@pytest.mark.asyncio
+async def test_fixed_readlines_after_a_decoding_error(backend: str, tmp_path: Path) -> None:
+    """Long run, find 7 (fixed): file b"\\xff", "r+", utf-8-sig: seek(0), pwrite(b"x",
+    100), readlines() raises UnicodeDecodeError on both; a second readlines() returned
+    ["\\x00" * 99 + "x"] on ours, [] on the builtin (its decoder consumed the chunk)."""
+    for p in (tmp_path / "a", tmp_path / "b"):
+        p.write_bytes(b"\xff")
+    outs = await _both(tmp_path / "a", tmp_path / "b", "r+", lambda f: [
+        lambda: f.seek(0), _pwrite(f, b"x", 100), f.readlines, f.readlines, f.tell, f.read],
+        encoding="utf-8-sig")
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("bounded_file_size")
+async def test_fixed_text_position_after_a_failed_truncate(backend: str, tmp_path: Path) -> None:
+    """Long run, find 8 (fixed): text "a" on a 10-byte file, truncate(2**40) fails (EFBIG:
+    past RLIMIT_FSIZE) on both; then write("xy"), tell(): ours 1099511627778 (the failed
+    size kept as the end of file), builtin 12; the contents were right."""
+    for mode in ("a", "r+", "w+"):
+        pa, pb = tmp_path / f"a{mode}", tmp_path / f"b{mode}"
+        for p in (pa, pb):
+            p.write_bytes(b"0123456789")
+        outs = await _both(pa, pb, mode, lambda f: [
+            lambda: f.truncate(2**40), lambda: f.write("xy"), f.tell, lambda: f.seek(0, 2),
+            f.tell], encoding="utf-8")
+        assert outs[0] == outs[1], mode
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("bounded_file_size")
+async def test_fixed_read_after_a_failed_truncate_past_the_limit(backend: str, tmp_path: Path
+                                                                ) -> None:
+    """Long run, find 9 (fixed; io_uring, linux_aio): "rb+" on b"0123456789", truncate(2**62)
+    fails (EFBIG: ext4's limit, or RLIMIT_FSIZE), then read(): ours MemoryError (with
+    2**63 - 1: OverflowError), it took the failed size for the file's; builtin b"0123456789"."""
+    for size in (2**62, 2**63 - 1, FSIZE_CAP + 1):
+        pa, pb = tmp_path / f"a{size}", tmp_path / f"b{size}"
+        for p in (pa, pb):
+            p.write_bytes(b"0123456789")
+        for buffering in (-1, 0):
+            outs = await _both(pa, pb, "rb+", lambda f, size=size: [
+                lambda: f.truncate(size), f.read, f.tell, lambda: f.seek(0, 2)],
+                buffering=buffering)
+            assert outs[0] == outs[1], (size, buffering)
+
+
+@pytest.mark.asyncio
+async def test_fixed_o_append_descriptor_in_every_mode(backend: str, tmp_path: Path) -> None:
+    """Long run, harness gap (fixed): the O_APPEND-descriptor bug (the kernel appends, ours
+    thought it wrote at the position) also showed with modes "w" and "x": tell() said 3
+    after write("abc") where the builtin says 39, and truncate() then cut the file to 3."""
+    for mode, kw in (("w", {"encoding": "utf-8"}), ("x", {"encoding": "utf-8"}), ("wb", {}),
+                     ("xb", {"buffering": 0}), ("r+", {"encoding": "utf-8"})):
+        data = b"abc" if "b" in mode else "abc"
+        outs = await _both_fd(tmp_path, os.O_WRONLY | os.O_APPEND, mode, lambda f, data=data: [
+            f.tell, lambda: f.write(data), f.flush, f.tell,
+            f.truncate, f.tell], **kw)
+        assert outs[0] == outs[1], mode
 
 
 def _use_threads() -> Iterator[str]:
