@@ -537,11 +537,13 @@ class FileMachine(RuleBasedStateMachine):
                             + (" [together]" if len(built) > 1 else ""))
             if name == "tell" and r[0] == "ok":
                 pair.cookies.append(r[1])
-            if name in ("write", "writelines") and r[0] == "ok":
-                pair.wrote = True
-            # truncate(): EFBIG from its flush (data kept) or from ftruncate(2) (nothing kept).
+            if name == "write" and r[0] == "ok" or name == "writelines":
+                pair.wrote = True  # a writelines() that raised may have written lines first
+            # truncate(): EFBIG from its flush (data kept) or from ftruncate(2) (nothing kept;
+            # only for a size at or past the cap).
             if r == ("raise", ("OSError", errno.EFBIG)) and name != "pwrite" and (
-                    name != "truncate" or pair.wrote):
+                    name != "truncate" or pair.wrote or sargs and sargs[0] is not None
+                    and 0 <= (index_or_none(sargs[0]) or -1) < FSIZE_CAP):
                 pair.write_failed = True
                 failed_at = min(failed_at, i)
 
@@ -633,6 +635,9 @@ def file_difference(pair: Pair, name: str, args: list[V], seek_max: int, backend
         # os.pread allocates the result (MemoryError) before the kernel refuses the offset;
         # ours checks the offset first. Two bad arguments: not compared.
         return ("difference", "two_bad_arguments")
+    if backend == "threads" and name == "pread" and len(vals) == 2 and \
+            not -2**63 <= (index_or_none(vals[0]) or 0) < 2**63 and index_or_none(vals[1]) is None:
+        return ("bug", "test_bug_threads_pread_converts_the_offset_before_the_size")
     if pair.write_failed:
         # After a buffered write failed, the builtin keeps the data and fails again at every
         # flush; ours reports the error once and drops what did not land (docs/reliability.md,
@@ -1548,6 +1553,28 @@ async def test_fixed_o_append_descriptor_in_every_mode(backend: str, tmp_path: P
             f.truncate, f.tell], **kw)
         assert outs[0] == outs[1], mode
 
+
+@pytest.mark.asyncio
+async def test_bug_threads_pread_converts_the_offset_before_the_size(
+        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Found by the fuzzer (a random run after the long run's fixes): threads backend,
+    pread(fd, Idx(2**63), "3"): two bad arguments; os.pread converts the size first
+    (OverflowError), the threads engine index()es all three before any range check
+    (TypeError from the offset). The native engines convert in os.pread's order. The fix is in
+    aionative/_threads.py (pread/read: convert and range-check the size before the offset)."""
+    from ._fuzz_values import Idx
+    if backend == "threads":
+        request.applymarker(XFAIL)
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        for args in ((Idx(2**63), "3"), (2**64, None)):
+            want = sync_outcome(lambda args=args: os.pread(fd, *args))
+            got = await async_outcome(lambda args=args: aionative.pread(fd, *args))
+            assert got == want, (args, got, want)
+    finally:
+        os.close(fd)
 
 def _use_threads() -> Iterator[str]:
     from .conftest import _use_backend
