@@ -364,6 +364,16 @@ class AsyncBase(Generic[S]):
         if staged:
             await self._push_list(staged)
 
+    async def _push_after_error(self) -> None:
+        """A locked call raised: push what its synchronous part staged before (a buffered
+        layer flushes before it looks at its arguments: ``truncate(-2**64)``, ``seek(2**64)``,
+        a read on a descriptor that cannot read). The builtin had written it by then, so a
+        write's error (EFBIG, ENOSPC, …) is raised instead of the call's own, as in the
+        builtin, where it came first; the call's error stays as its ``__context__``."""
+        raw = self._raw
+        if raw is not None and raw.staged and not raw._closed_fd:
+            await self._push()
+
     def _run(self, fn: Callable[..., T], *args: Any) -> T:
         raw = self._raw
         assert raw is not None
@@ -624,6 +634,9 @@ class AsyncBase(Generic[S]):
             self._run(self._file.flush)
             self._dirty = 0
             await self._push()
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -637,6 +650,9 @@ class AsyncBase(Generic[S]):
             try:
                 self._run(self._file.close)
                 await self._push()
+            except Exception:
+                await self._push_after_error()
+                raise
             finally:
                 if raw.closed and raw.closefd and not raw._closed_fd:
                     raw._closed_fd = True
@@ -750,6 +766,9 @@ class AsyncBase(Generic[S]):
             self._dirty = 0
             await self._push()
             return int(pos)
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -767,6 +786,9 @@ class AsyncBase(Generic[S]):
             self._dirty = 0
             await self._push()
             return int(pos)
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -797,6 +819,9 @@ class AsyncBase(Generic[S]):
             self._dirty = 0
             await self._push()
             return int(n)
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -811,6 +836,9 @@ class AsyncBase(Generic[S]):
             if self._raw.staged:
                 await self._push()
             return int(n)
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -826,6 +854,9 @@ class AsyncBase(Generic[S]):
             self._dirty += sum(4 * len(x) + 8 for x in lines if hasattr(x, "__len__"))
             if self._raw.staged:
                 await self._push()
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -912,6 +943,9 @@ class AsyncBase(Generic[S]):
             await self._push()
             grant = budget - 1 if line and not self._fd_shared else 0
             return line
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
             if grant > 0:
@@ -985,6 +1019,9 @@ class _BinaryBase(AsyncBase[bytes]):
                 await self._push()
                 return res if res is not None else b""
             return await self._read_loop(self._file.read, n, n + self._bufsize)
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1013,6 +1050,9 @@ class _BinaryBase(AsyncBase[bytes]):
                 res += self._run(self._file.readline, n - len(res) if n >= 0 else -1) or b""
             await self._push()
             return res
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1021,9 +1061,7 @@ class _BinaryBase(AsyncBase[bytes]):
             return list(await self._in_executor(self._file.readlines, hint))
         raw = self._raw
         n = _size_arg(hint)
-        if n is None or raw.closed or not raw.reads_fd:
-            return list(self._run(self._file.readlines, hint))
-        if raw.kind == STREAM and n > 0:
+        if n is not None and n > 0 and raw.kind == STREAM and not raw.closed and raw.reads_fd:
             # One line at a time, exactly as IOBase.readlines iterates: never waits for
             # data beyond the last line it returns.
             lines: list[bytes] = []
@@ -1039,6 +1077,11 @@ class _BinaryBase(AsyncBase[bytes]):
         if not self._try_lock():
             await self._lock()
         try:
+            if n is None or raw.closed or not raw.reads_fd:
+                # Under the lock: a buffered layer flushes its writes first.
+                lines = list(self._run(self._file.readlines, hint))
+                await self._push()
+                return lines
             if n <= 0:
                 await self._fetch_to_eof()
             else:
@@ -1050,6 +1093,9 @@ class _BinaryBase(AsyncBase[bytes]):
             res = self._run(self._file.readlines, hint)
             await self._push()
             return list(res)
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1078,6 +1124,9 @@ class _BinaryBase(AsyncBase[bytes]):
                     done += self._run(self._file.readinto, view[done:]) or 0
             await self._push()
             return done
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1142,6 +1191,9 @@ class _BufferedBase(_BinaryBase):
             return bytes(await self._buffered_once(self._file.read1, size,
                                                    n=n if n is not None and n >= 0
                                                    else self._bufsize) or b"")
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1156,6 +1208,9 @@ class _BufferedBase(_BinaryBase):
             except TypeError:
                 n = 0
             return int(await self._buffered_once(self._file.readinto1, b, n=n) or 0)
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1174,6 +1229,9 @@ class AsyncBufferedReader(_BufferedBase):
             await self._lock()
         try:
             return bytes(await self._buffered_once(self._file.peek, size, n=self._bufsize))
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1193,6 +1251,9 @@ class AsyncFileIO(_BinaryBase):
             res = self._run(self._file.readall)
             await self._push()
             return res if res is not None else b""
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1215,6 +1276,9 @@ class AsyncFileIO(_BinaryBase):
             raw.missed = 0
             await self._push()
             return res if res is not None else b""
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1335,6 +1399,9 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             if n is None:
                 return str(self._run(self._file.read, size))
             return str(await self._text_read(self._file.read, size, chars=n))
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1359,6 +1426,9 @@ class AsyncTextIOWrapper(AsyncBase[str]):
                 return str(self._run(self._file.readline, size))
             return str(await self._text_read(self._file.readline, size, lines=0,
                                              chars=n if n >= 0 else -1))
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 
@@ -1373,6 +1443,9 @@ class AsyncTextIOWrapper(AsyncBase[str]):
                 return list(self._run(self._file.readlines, hint))
             return list(await self._text_read(self._file.readlines, hint,
                                               lines=-1 if n <= 0 else n * 8))
+        except Exception:
+            await self._push_after_error()
+            raise
         finally:
             self._unlock()
 

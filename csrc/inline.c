@@ -84,19 +84,37 @@ int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint6
     return 0;
 }
 
-/* A read of nothing: one pread(2) of 0 bytes, which reports what os.pread reports (EISDIR, EBADF
- * on a write-only descriptor, ESPIPE, ...) and returns at once — preadv2 and the kernel queue
- * would both skip the file's read method for an empty request and say 0. */
-int inline_empty_read(engine_t *e, int fd, int64_t off)
+/* A read of nothing, inline, reporting what the standard library's call reports. The kernel
+ * queue (and preadv2 RWF_NOWAIT) would skip the file's read method for an empty request and
+ * say 0 where these do not:
+ * - read (os.pread): one pread(2) of 0 bytes, which asks the read method: EISDIR on a
+ *   directory, EBADF on a write-only descriptor, ESPIPE, ...;
+ * - readinto (os.preadv): one preadv(2) of one empty iovec, as os.preadv makes it: the access
+ *   mode (EBADF), the offset (EINVAL) and seekability (ESPIPE) are checked, but a vectored
+ *   read of nothing returns 0 before the read method is asked (0 on a directory). */
+static int empty_read(engine_t *e, int fd, int64_t off, int vectored)
 {
     char byte;
+    struct iovec iov = {&byte, 0};
     e->st.syscalls++;
-    if (pread(fd, &byte, 0, off) < 0) {
+    if ((vectored ? preadv(fd, &iov, 1, off) : pread(fd, &byte, 0, off)) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
     e->st.inline_hits++;
     return 0;
+}
+
+int inline_empty_read(engine_t *e, int fd, int64_t off)
+{
+    return empty_read(e, fd, off, 0);
+}
+
+/* Declared at its call site in engine.c (engine_buffer_op), not in engine.h yet. */
+int inline_empty_readinto(engine_t *e, int fd, int64_t off);
+int inline_empty_readinto(engine_t *e, int fd, int64_t off)
+{
+    return empty_read(e, fd, off, 1);
 }
 
 /* Filesystems whose close(2) of a file opened read-only never waits: no ->flush method

@@ -537,11 +537,13 @@ class FileMachine(RuleBasedStateMachine):
                             + (" [together]" if len(built) > 1 else ""))
             if name == "tell" and r[0] == "ok":
                 pair.cookies.append(r[1])
-            if name in ("write", "writelines") and r[0] == "ok":
-                pair.wrote = True
-            # truncate(): EFBIG from its flush (data kept) or from ftruncate(2) (nothing kept).
+            if name == "write" and r[0] == "ok" or name == "writelines":
+                pair.wrote = True  # a writelines() that raised may have written lines first
+            # truncate(): EFBIG from its flush (data kept) or from ftruncate(2) (nothing kept;
+            # only for a size at or past the cap).
             if r == ("raise", ("OSError", errno.EFBIG)) and name != "pwrite" and (
-                    name != "truncate" or pair.wrote):
+                    name != "truncate" or pair.wrote or sargs and sargs[0] is not None
+                    and 0 <= (index_or_none(sargs[0]) or -1) < FSIZE_CAP):
                 pair.write_failed = True
                 failed_at = min(failed_at, i)
 
@@ -556,11 +558,6 @@ class FileMachine(RuleBasedStateMachine):
             if i > failed_at:  # see file_difference: after_a_failed_buffered_write
                 self.stepped_around["after_a_failed_buffered_write"] = (
                     self.stepped_around.get("after_a_failed_buffered_write", 0) + 1)
-                continue
-            if exp == ("raise", ("OSError", errno.EFBIG)) and res[0] == "raise" and res != exp \
-                    and skip(("bug", OWN_ERROR_FIRST), self.stepped_around):
-                pair.write_failed = True  # the builtin keeps the data: as after a failed write
-                failed_at = min(failed_at, i)
                 continue
             if len(oargs) > ARITY.get(name, 0) or unsupported[name] and not all(
                     _clean(x, pair.binary) for x in oargs):
@@ -638,6 +635,9 @@ def file_difference(pair: Pair, name: str, args: list[V], seek_max: int, backend
         # os.pread allocates the result (MemoryError) before the kernel refuses the offset;
         # ours checks the offset first. Two bad arguments: not compared.
         return ("difference", "two_bad_arguments")
+    if backend == "threads" and name == "pread" and len(vals) == 2 and \
+            not -2**63 <= (index_or_none(vals[0]) or 0) < 2**63 and index_or_none(vals[1]) is None:
+        return ("bug", "test_bug_threads_pread_converts_the_offset_before_the_size")
     if pair.write_failed:
         # After a buffered write failed, the builtin keeps the data and fails again at every
         # flush; ours reports the error once and drops what did not land (docs/reliability.md,
@@ -843,13 +843,6 @@ def ref_lowlevel(name: str, args: list[Any]) -> Any:
     return getattr(os, name)(*args)
 
 
-def _nbytes(x: Any) -> int | None:
-    try:
-        return memoryview(x).nbytes
-    except TypeError:
-        return None
-
-
 GOOD_ARGS: dict[str, Callable[[], list[Any]]] = {
     "pread": lambda: [_DEVNULL, 1, 0], "preadinto": lambda: [_DEVNULL, bytearray(1), 0],
     "pwrite": lambda: [_DEVNULL, b"", 0], "fsync": lambda: [_DEVNULL],
@@ -873,9 +866,6 @@ def lowlevel_difference(backend: str, name: str, fd: FdArg, args: list[Any]
                         ) -> tuple[str, str] | None:
     """("difference" | "bug", what) for a call whose outcome legitimately differs, or that
     hits a bug reproduced by an xfail test; None for calls that must match."""
-    if backend != "threads" and name == "preadinto" and fd.label == "dir" and \
-            _nbytes(args[1]) == 0:
-        return ("bug", "test_bug_preadinto_an_empty_buffer_from_a_directory")
     if bad_arguments(name, args) >= 2:
         # Which of two invalid arguments is reported depends on the order of the checks
         # (ours checks the offset's sign before the buffer, before allocating the result).
@@ -1359,45 +1349,232 @@ async def test_fixed_what_a_descriptor_allows_and_the_mode_does_not_say(
 
 
 @pytest.mark.asyncio
-async def test_bug_preadinto_an_empty_buffer_from_a_directory(
-        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """preadinto(dirfd, bytearray(0), 0): os.preadv returns 0 (readv(2) returns before the
-    file type is asked when there is nothing to read; it still checks the access mode, EBADF);
-    the native engines make an empty pread(2) instead (csrc inline_empty_read, shared with
-    read()), which says EISDIR. Threads: fixed (an empty os.preadv). Found by the fuzzer."""
-    if backend != "threads":  # needs a change in csrc/engine.c: see docs/reliability.md
-        request.applymarker(XFAIL)
+async def test_fixed_preadinto_an_empty_buffer_from_a_directory(backend: str, tmp_path: Path
+                                                              ) -> None:
+    """Found by the fuzzer (fixed): preadinto(dirfd, bytearray(0), 0) raised EISDIR on the
+    native engines; os.preadv returns 0 (a vectored read of nothing returns before the read
+    method is asked; it still checks the access mode, EBADF, and the offset, EINVAL). The
+    engines made an empty pread(2) for it, as for read(); an empty readinto now makes an
+    empty preadv(2), as os.preadv does (csrc/inline.c). pread(dirfd, 0, 0) still says EISDIR,
+    as os.pread does."""
     async def body() -> None:
+        for fd in (dfd, wfd):
+            for off in (0, 5, -2):
+                want = sync_outcome(lambda fd=fd, off=off: os.preadv(fd, [bytearray(0)], off))
+                got = await async_outcome(
+                    lambda fd=fd, off=off: aionative.preadinto(fd, bytearray(0), off))
+                assert got == want, (fd, off, got, want)
+                want = sync_outcome(lambda fd=fd, off=off: os.pread(fd, 0, off))
+                got = await async_outcome(lambda fd=fd, off=off: aionative.pread(fd, 0, off))
+                assert got == want, (fd, off, got, want)
         assert await aionative.preadinto(dfd, bytearray(0), 0) == 0
 
     dfd = os.open(tmp_path, os.O_RDONLY)
+    wfd = os.open(tmp_path / "w", os.O_WRONLY | os.O_CREAT)
     try:
         await _plain_failure(body())
     finally:
         os.close(dfd)
+        os.close(wfd)
 
 
-@XFAIL
 @pytest.mark.asyncio
 @pytest.mark.usefixtures("bounded_file_size")
-async def test_bug_a_failing_call_reports_its_own_error_before_its_write(
+async def test_fixed_a_failing_call_reports_its_own_error_before_its_write(
         backend: str, tmp_path: Path) -> None:
-    """A call whose synchronous part writes buffered data and then fails (here truncate() of
-    an offset past off_t: the builtin's BufferedWriter flushes first) raises its own error
-    (OverflowError); the builtin raises the write's (EFBIG: the data lies past RLIMIT_FSIZE),
-    which came first. Ours stages the write, and hands it to the engine only when the call
-    returns: on an exception, at the next call, which reports it. Found by the fuzzer.
-
-    The fix (in _files.py, every locked method): when the synchronous call raises with writes
-    staged, push them before re-raising, so that a failed write's error replaces the call's,
-    as in the builtin."""
+    """Found by the fuzzer (fixed): a call whose synchronous part writes buffered data and
+    then fails (here truncate() of an offset past off_t: the builtin's BufferedWriter flushes
+    first) raised its own error (OverflowError); the builtin raises the write's (EFBIG: the
+    data lies past RLIMIT_FSIZE), which came first. Ours staged the write and handed it to the
+    engine only when the call returned: on an exception, at the next call, which reported it.
+    Likewise "rb+" on an O_WRONLY descriptor, write(), readlines(): EBADF on both, but the
+    builtin's write was in the file when the call returned, ours only after the next call.
+    Every locked method now pushes what is staged before re-raising (_push_after_error)."""
     outs = await _both(tmp_path / "a", tmp_path / "b", "wb", lambda f: [
         lambda: f.seek(FSIZE_CAP + 10), lambda: f.write(b"x"), lambda: f.truncate(-2**64)])
     assert outs[0][:3] == outs[1][:3]
+    for name in ("readlines", "read", "readline"):
+        outs = []
+        for side in "ab":
+            p = tmp_path / f"{name}-{side}"
+            p.write_bytes(b"hello\nworld\n")
+            fd = os.open(p, os.O_WRONLY)
+            f = (open(fd, "rb+") if side == "a"  # noqa: SIM115, ASYNC230 - the reference
+                 else await aionative.open(fd, "rb+"))
+            res = [await async_outcome(lambda f=f: f.write(b"abc")),
+                   await async_outcome(getattr(f, name)), p.read_bytes()]
+            res.append(await async_outcome(f.close))
+            outs.append(res)
+        assert outs[0] == outs[1], name
 
 
-OWN_ERROR_FIRST = "test_bug_a_failing_call_reports_its_own_error_before_its_write"
+# Finds of the long run of 2026-11-22 (a clone at 6170585; docs/reliability.md): fixed by
+# 2734531, which came before their reproducers (each differs on a build of 2734531^).
 
+def _pread(f: Any, size: Any, off: Any) -> Callable[[], Any]:
+    """f.pread on ours, os.pread on the builtin's descriptor (after the same checks)."""
+    if isinstance(f, AsyncBase):
+        return lambda: f.pread(size, off)
+    return lambda: ref_call(f, "pread", [size, off])
+
+
+def _pwrite(f: Any, data: bytes, off: int) -> Callable[[], Any]:
+    if isinstance(f, AsyncBase):
+        return lambda: f.pwrite(data, off)
+    return lambda: ref_call(f, "pwrite", [data, off])
+
+
+@pytest.mark.asyncio
+async def test_fixed_read1_after_a_readline_that_ends_at_the_readahead_boundary(
+        backend: str, tmp_path: Path) -> None:
+    """Long run, find 2 (fixed): "rb", buffering=7, read(32760), readline() (its line ends
+    at 32768, the first read-ahead's end), read1(): ours returned b"0123456" (tell() 32775),
+    the builtin b"012345" (32774): the window held nothing past the line, so the buffered
+    layer's raw read was cut short."""
+    for p in (tmp_path / "a", tmp_path / "b"):
+        p.write_bytes(b"0123456789abcde\n" * 4096)
+    outs = await _both(tmp_path / "a", tmp_path / "b", "rb", lambda f: [
+        lambda: f.read(32760), f.readline, f.read1, f.tell], buffering=7)
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.asyncio
+async def test_fixed_file_pread_offsets_below_off_t(backend: str, tmp_path: Path) -> None:
+    """Long run, find 3 (fixed): f.pread(-2**64, 4) and f.pread(4, -2**64) (anything below
+    -2**63) raised EINVAL with direct=True (and on threads without it); os.pread raises
+    OverflowError (the conversion to off_t/Py_ssize_t comes first)."""
+    for direct in (False, True):
+        pa, pb = tmp_path / f"a{direct}", tmp_path / f"b{direct}"
+        for p in (pa, pb):
+            p.write_bytes(b"0123456789")
+        steps = [(-2**64, 4), (4, -2**64), (4, -2**63 - 1), (2**64, 0), (4, 2)]
+        with open(pa, "rb") as s:  # noqa: ASYNC230 - the reference
+            want = [sync_outcome(_pread(s, *a)) for a in steps]
+        async with aionative.open(pb, "rb", direct=direct) as o:
+            got = [await async_outcome(_pread(o, *a)) for a in steps]
+        assert got == want, direct
+
+
+@pytest.mark.asyncio
+async def test_fixed_unbuffered_seek_past_off_t(backend: str, tmp_path: Path) -> None:
+    """Long run, find 4 (fixed): buffering=0, seek(-2**64) raised EINVAL (builtin:
+    OverflowError); seek(2**63) and seek(2**64) succeeded (tell() then said so; builtin:
+    OverflowError, position unchanged)."""
+    for p in (tmp_path / "a", tmp_path / "b"):
+        p.write_bytes(b"0123456789")
+    outs = await _both(tmp_path / "a", tmp_path / "b", "rb", lambda f: [
+        lambda: f.seek(3), lambda: f.seek(-2**64), f.tell, lambda: f.seek(2**63), f.tell,
+        lambda: f.seek(2**64), f.tell, lambda: f.seek(-2**63 - 1, os.SEEK_CUR), f.tell],
+        buffering=0)
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.asyncio
+async def test_fixed_line_buffered_writelines_on_a_read_only_descriptor(
+        backend: str, tmp_path: Path) -> None:
+    """Long run, find 5 (fixed): open(fd_rdonly, "w+", buffering=1), writelines(["\\n",
+    ["a"]]): ours raised TypeError (it checked every line before writing any); the builtin
+    writes, and so flushes, the first line before it sees the bad one: OSError(EBADF)."""
+    outs = await _both_fd(tmp_path, os.O_RDONLY, "w+", lambda f: [
+        lambda: f.writelines(["\n", ["a"]]), f.tell, lambda: f.writelines(["b", 5])],
+        buffering=1, encoding="utf-8")
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.asyncio
+async def test_fixed_huge_read_on_a_write_only_descriptor(backend: str, tmp_path: Path) -> None:
+    """Long run, find 6 (fixed): open(fd, "w+") on an O_WRONLY | O_APPEND descriptor,
+    read(2**44 + 3): ours raised EBADF (it fetched first); the builtin MemoryError (it
+    allocates the 16 TiB buffer before its read(2) says EBADF). Reads on a descriptor that
+    cannot read now run the synchronous call at once, in its order."""
+    for mode, kw in (("w+", {"encoding": "utf-8"}), ("wb+", {}), ("wb+", {"buffering": 0})):
+        outs = await _both_fd(tmp_path, os.O_WRONLY | os.O_APPEND, mode, lambda f: [
+            lambda: f.read(2**44 + 3), f.tell, lambda: f.read(5)], **kw)
+        assert outs[0] == outs[1], mode
+
+
+@pytest.mark.asyncio
+async def test_fixed_readlines_after_a_decoding_error(backend: str, tmp_path: Path) -> None:
+    """Long run, find 7 (fixed): file b"\\xff", "r+", utf-8-sig: seek(0), pwrite(b"x",
+    100), readlines() raises UnicodeDecodeError on both; a second readlines() returned
+    ["\\x00" * 99 + "x"] on ours, [] on the builtin (its decoder consumed the chunk)."""
+    for p in (tmp_path / "a", tmp_path / "b"):
+        p.write_bytes(b"\xff")
+    outs = await _both(tmp_path / "a", tmp_path / "b", "r+", lambda f: [
+        lambda: f.seek(0), _pwrite(f, b"x", 100), f.readlines, f.readlines, f.tell, f.read],
+        encoding="utf-8-sig")
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("bounded_file_size")
+async def test_fixed_text_position_after_a_failed_truncate(backend: str, tmp_path: Path) -> None:
+    """Long run, find 8 (fixed): text "a" on a 10-byte file, truncate(2**40) fails (EFBIG:
+    past RLIMIT_FSIZE) on both; then write("xy"), tell(): ours 1099511627778 (the failed
+    size kept as the end of file), builtin 12; the contents were right."""
+    for mode in ("a", "r+", "w+"):
+        pa, pb = tmp_path / f"a{mode}", tmp_path / f"b{mode}"
+        for p in (pa, pb):
+            p.write_bytes(b"0123456789")
+        outs = await _both(pa, pb, mode, lambda f: [
+            lambda: f.truncate(2**40), lambda: f.write("xy"), f.tell, lambda: f.seek(0, 2),
+            f.tell], encoding="utf-8")
+        assert outs[0] == outs[1], mode
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("bounded_file_size")
+async def test_fixed_read_after_a_failed_truncate_past_the_limit(backend: str, tmp_path: Path
+                                                                ) -> None:
+    """Long run, find 9 (fixed; io_uring, linux_aio): "rb+" on b"0123456789", truncate(2**62)
+    fails (EFBIG: ext4's limit, or RLIMIT_FSIZE), then read(): ours MemoryError (with
+    2**63 - 1: OverflowError), it took the failed size for the file's; builtin b"0123456789"."""
+    for size in (2**62, 2**63 - 1, FSIZE_CAP + 1):
+        pa, pb = tmp_path / f"a{size}", tmp_path / f"b{size}"
+        for p in (pa, pb):
+            p.write_bytes(b"0123456789")
+        for buffering in (-1, 0):
+            outs = await _both(pa, pb, "rb+", lambda f, size=size: [
+                lambda: f.truncate(size), f.read, f.tell, lambda: f.seek(0, 2)],
+                buffering=buffering)
+            assert outs[0] == outs[1], (size, buffering)
+
+
+@pytest.mark.asyncio
+async def test_fixed_o_append_descriptor_in_every_mode(backend: str, tmp_path: Path) -> None:
+    """Long run, harness gap (fixed): the O_APPEND-descriptor bug (the kernel appends, ours
+    thought it wrote at the position) also showed with modes "w" and "x": tell() said 3
+    after write("abc") where the builtin says 39, and truncate() then cut the file to 3."""
+    for mode, kw in (("w", {"encoding": "utf-8"}), ("x", {"encoding": "utf-8"}), ("wb", {}),
+                     ("xb", {"buffering": 0}), ("r+", {"encoding": "utf-8"})):
+        data = b"abc" if "b" in mode else "abc"
+        outs = await _both_fd(tmp_path, os.O_WRONLY | os.O_APPEND, mode, lambda f, data=data: [
+            f.tell, lambda: f.write(data), f.flush, f.tell,
+            f.truncate, f.tell], **kw)
+        assert outs[0] == outs[1], mode
+
+
+@pytest.mark.asyncio
+async def test_bug_threads_pread_converts_the_offset_before_the_size(
+        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Found by the fuzzer (a random run after the long run's fixes): threads backend,
+    pread(fd, Idx(2**63), "3"): two bad arguments; os.pread converts the size first
+    (OverflowError), the threads engine index()es all three before any range check
+    (TypeError from the offset). The native engines convert in os.pread's order. The fix is in
+    aionative/_threads.py (pread/read: convert and range-check the size before the offset)."""
+    from ._fuzz_values import Idx
+    if backend == "threads":
+        request.applymarker(XFAIL)
+    p = tmp_path / "f"
+    p.write_bytes(b"0123456789")
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        for args in ((Idx(2**63), "3"), (2**64, None)):
+            want = sync_outcome(lambda args=args: os.pread(fd, *args))
+            got = await async_outcome(lambda args=args: aionative.pread(fd, *args))
+            assert got == want, (args, got, want)
+    finally:
+        os.close(fd)
 
 def _use_threads() -> Iterator[str]:
     from .conftest import _use_backend
