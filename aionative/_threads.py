@@ -66,6 +66,17 @@ def _read_args(fd: Any, size: Any, offset: Any) -> tuple[int, int, int]:
     return f, n, o
 
 
+def _read_args_fast(fd: Any, size: Any, offset: Any) -> tuple[int, int, int]:
+    """``_read_args`` with the common case (three ints in range) tested inline."""
+    try:
+        f, n, o = index(fd), index(size), index(offset)
+    except Exception:  # noqa: BLE001 - converted again in order below, which raises it
+        return _read_args(fd, size, offset)
+    if 0 <= f < 1 << 31 and 0 <= n <= KERNEL_RW_MAX and 0 <= o < 1 << 63:
+        return f, n, o
+    return _read_args(fd, size, offset)
+
+
 def _view(buffer: Any, writable: bool) -> memoryview:
     """The buffer a native operation would take (PyBUF_SIMPLE / PyBUF_WRITABLE): contiguous,
     writable for reads (BufferError otherwise, TypeError for what is no buffer)."""
@@ -236,17 +247,13 @@ class ThreadsEngine:
         return fut
 
     def pread(self, fd: int, size: int, offset: int) -> asyncio.Future[bytes]:
-        fd, size, offset = index(fd), index(size), index(offset)
-        if not (0 <= fd < 1 << 31 and 0 <= size <= KERNEL_RW_MAX and 0 <= offset < 1 << 63):
-            fd, size, offset = _read_args(fd, size, offset)
+        fd, size, offset = _read_args_fast(fd, size, offset)
         return self._submit(_pread, fd, size, offset)
 
     def read(self, fd: int, size: int, offset: int) -> bytes | asyncio.Future[bytes]:
         """``pread``, completed inline when the page cache holds the data (see the native
         engine's ``read``)."""
-        fd, size, offset = index(fd), index(size), index(offset)
-        if not (0 <= fd < 1 << 31 and 0 <= size <= KERNEL_RW_MAX and 0 <= offset < 1 << 63):
-            fd, size, offset = _read_args(fd, size, offset)
+        fd, size, offset = _read_args_fast(fd, size, offset)
         if self._closed:
             raise RuntimeError("aionative: engine is closed")
         if size == 0:  # nothing to wait for; os.pread reports what it reports (EISDIR, ...)

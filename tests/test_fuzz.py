@@ -635,9 +635,6 @@ def file_difference(pair: Pair, name: str, args: list[V], seek_max: int, backend
         # os.pread allocates the result (MemoryError) before the kernel refuses the offset;
         # ours checks the offset first. Two bad arguments: not compared.
         return ("difference", "two_bad_arguments")
-    if backend == "threads" and name == "pread" and len(vals) == 2 and \
-            not -2**63 <= (index_or_none(vals[0]) or 0) < 2**63 and index_or_none(vals[1]) is None:
-        return ("bug", "test_bug_threads_pread_converts_the_offset_before_the_size")
     if pair.write_failed:
         # After a buffered write failed, the builtin keeps the data and fails again at every
         # flush; ours reports the error once and drops what did not land (docs/reliability.md,
@@ -1555,16 +1552,14 @@ async def test_fixed_o_append_descriptor_in_every_mode(backend: str, tmp_path: P
 
 
 @pytest.mark.asyncio
-async def test_bug_threads_pread_converts_the_offset_before_the_size(
-        backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+async def test_fixed_threads_pread_converts_the_size_before_the_offset(
+        backend: str, tmp_path: Path) -> None:
     """Found by the fuzzer (a random run after the long run's fixes): threads backend,
     pread(fd, Idx(2**63), "3"): two bad arguments; os.pread converts the size first
-    (OverflowError), the threads engine index()es all three before any range check
-    (TypeError from the offset). The native engines convert in os.pread's order. The fix is in
-    aionative/_threads.py (pread/read: convert and range-check the size before the offset)."""
+    (OverflowError), the threads engine index()ed all three before any range check
+    (TypeError from the offset). The native engines convert in os.pread's order; so does the
+    threads engine now (_threads._read_args_fast)."""
     from ._fuzz_values import Idx
-    if backend == "threads":
-        request.applymarker(XFAIL)
     p = tmp_path / "f"
     p.write_bytes(b"0123456789")
     fd = os.open(p, os.O_RDONLY)
