@@ -599,9 +599,7 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     if (fast && view.len == 0) {
-        /* os.preadv's empty read, not os.pread's (0 on a directory): see csrc/inline.c.
-         * Declared here for now; its place is next to inline_empty_read in engine.h. */
-        int inline_empty_readinto(engine_t *e, int fd, int64_t off);
+        /* os.preadv's empty read, not os.pread's (0 on a directory): see csrc/inline.c. */
         PyBuffer_Release(&view);
         return inline_empty_readinto(e, fd, off) < 0 ? NULL : PyLong_FromLong(0);
     }

@@ -243,6 +243,7 @@ int inline_budget_ok(engine_t *e);
 int inline_allowed(engine_t *e, int fd);
 int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint64_t *got);
 int inline_empty_read(engine_t *e, int fd, int64_t off);
+int inline_empty_readinto(engine_t *e, int fd, int64_t off);
 /* A whole small regular file, read inline: bytes (the descriptor is closed), an int (a
  * descriptor opened here that the caller reads and closes), False (this iteration's budget
  * is spent: yield, then try again) or None (nothing opened: use the kernel queue). */

@@ -110,8 +110,6 @@ int inline_empty_read(engine_t *e, int fd, int64_t off)
     return empty_read(e, fd, off, 0);
 }
 
-/* Declared at its call site in engine.c (engine_buffer_op), not in engine.h yet. */
-int inline_empty_readinto(engine_t *e, int fd, int64_t off);
 int inline_empty_readinto(engine_t *e, int fd, int64_t off)
 {
     return empty_read(e, fd, off, 1);
