@@ -238,8 +238,10 @@ class WindowRaw(io.RawIOBase):
         return self.buf, i, self.eof >= 0 and self.eof <= self.wend
 
     def add_data(self, offset: int, data: bytes, requested: int) -> None:
-        """Data the engine read at ``offset`` (regular) or from the stream; a short read of a
-        regular file, or an empty read of a stream, is end-of-file."""
+        """Data the engine read at ``offset`` (regular) or from the stream. End of file: an
+        empty read, or (regular files) a short read that reaches the size we know — a short
+        read that stops before it is a short transfer (a signal, FUSE, a network filesystem),
+        and reading goes on from where it stopped, as the builtin's loops do."""
         if self.kind == STREAM:
             if not data:
                 self.stream_eof = True
@@ -263,7 +265,7 @@ class WindowRaw(io.RawIOBase):
             self.buf = data
             self.wstart = offset
         end = offset + len(data)
-        if len(data) < requested:
+        if len(data) < requested and (not data or end >= self.size):
             self.eof = end
             # Data ending here: the file's size. Nothing at an offset past our size: the size
             # we know stands (nothing at an offset below it: the file shrank under us).

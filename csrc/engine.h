@@ -276,7 +276,8 @@ void kaio_after_fork_child(void);
 
 /* Fault injection: a test-only mechanism compiled into every build (one load per call site).
  * A point armed with (errno, count, after) lets `after` calls pass, then makes the next
- * `count` calls fail with -errno. */
+ * `count` calls fail with -errno. io_uring_enter and io_submit armed with errno 0 accept only
+ * the first entry of each of those calls instead (partial acceptance). */
 enum fault_point {
     FP_URING_SETUP,
     FP_URING_ENTER,

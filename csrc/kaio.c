@@ -356,13 +356,15 @@ static int k_submit(engine_t *e)
     while (a->npending) {
         long n;
         int f = fault_hit(FP_IO_SUBMIT);
+        int partial = f && !fault_errno[FP_IO_SUBMIT];  /* armed with errno 0: the first iocb */
         e->st.syscalls++;
-        if (f) {
+        if (f && !partial) {
             n = -1;
             errno = -f;
         } else {
+            long nr = partial ? 1L : (long)a->npending;
             Py_BEGIN_ALLOW_THREADS
-            n = syscall(__NR_io_submit, (aio_context_t)a->ctx, (long)a->npending, a->pending);
+            n = syscall(__NR_io_submit, (aio_context_t)a->ctx, nr, a->pending);
             Py_END_ALLOW_THREADS
         }
         if (n > 0) {

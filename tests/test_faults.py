@@ -103,6 +103,52 @@ async def test_submission_refused_then_accepted(native_backend: str, data_file: 
     assert got == [data[i * 4096:(i + 1) * 4096] for i in range(64)]
 
 
+async def test_short_reads_are_not_end_of_file(tmp_path: Path,
+                                              fd_of: Callable[..., int]) -> None:
+    """A read completion that moves fewer bytes than asked (as a signal, FUSE or a network
+    filesystem may make it) before the end of the file: ``pread`` returns that prefix, as
+    ``os.pread`` would; the file API reads on from where it stopped, as the builtin's loops
+    do — it is not the end of the file."""
+    path = tmp_path / "f"
+    data = os.urandom(200_000)
+    path.write_bytes(data)
+    fd = fd_of(path)
+    _core.set_fault("short", 0, 1)
+    got = await _within(aionative.pread(fd, 8192, 0))
+    assert 0 < len(got) <= 8192 and got == data[:len(got)]
+    for size in (-1, 100_000, 150_001):
+        _core.set_fault("short", 0, 3)
+        async with aionative.open(path, "rb") as f:
+            assert await _within(f.read(size)) == data[:size if size >= 0 else None]
+    text = "".join(f"line {i}\n" for i in range(20_000))
+    path.write_text(text)
+    _core.set_fault("short", 0, 3)
+    async with aionative.open(path, encoding="ascii") as f:
+        assert [line async for line in f] == text.splitlines(keepends=True)
+    _core.set_fault("short", 0, 3)
+    async with aionative.open(path, "rb", buffering=0) as f:
+        assert await _within(f.read()) == text.encode()
+
+
+async def test_partial_acceptance_submits_the_rest(native_backend: str,
+                                                  data_file: tuple[Path, bytes],
+                                                  fd_of: Callable[..., int]) -> None:
+    """io_uring_enter / io_submit accepting only the first entry of a batch, five calls in a
+    row: the rest stay queued and go on the next calls (io_submit's loop, or the flush the
+    engine schedules for a ring that kept entries) — every read completes with its data."""
+    path, data = data_file
+    fd = fd_of(path)
+    eng = aionative.get_engine()
+    point = "io_uring_enter" if native_backend == "io_uring" else "io_submit"
+    before = eng.stats()
+    _core.set_fault(point, 0, 5)  # errno 0: accept the first entry only
+    got = await _within(asyncio.gather(*[aionative.pread(fd, 4096, i * 4096) for i in range(64)]))
+    assert got == [data[i * 4096:(i + 1) * 4096] for i in range(64)]
+    st = eng.stats()
+    assert st["batches"] - before["batches"] >= 6  # five single-entry calls, then the rest
+    assert st["in_flight"] == 0
+
+
 async def test_fatal_submission_error_fails_the_batch_not_the_engine(
         native_backend: str, data_file: tuple[Path, bytes], fd_of: Callable[..., int]) -> None:
     path, data = data_file
