@@ -55,6 +55,30 @@ async def test_io_uring_setup_enomem_falls_back_to_linux_aio(fresh_probes: None,
     assert "Cannot allocate memory" in info["rejected"]["io_uring"]
 
 
+@pytest.mark.parametrize(("refusals", "flags"), [
+    (1, {"COOP_TASKRUN", "TASKRUN_FLAG", "SUBMIT_ALL", "CQSIZE"}),
+    (4, set()),
+])
+async def test_io_uring_setup_einval_tries_fewer_flags(fresh_probes: None, tmp_path: Path,
+                                                       refusals: int, flags: set[str]) -> None:
+    """A kernel older than a set-up flag refuses it with EINVAL: the engine tries the next
+    set (docs/design.md, "io_uring specifics"), down to none, and serves on io_uring."""
+    _need("io_uring")
+    path = tmp_path / "f"
+    path.write_bytes(b"data")
+    _core.set_fault("io_uring_setup", errno.EINVAL, refusals)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        aionative.set_inline_budget(0)  # through the ring
+        assert await aionative.pread(fd, 4, 0) == b"data"
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+    info = aionative.backend_info()
+    assert info["backend"] == "io_uring"
+    assert set(info["setup_flags"]) == flags  # type: ignore[arg-type]
+
+
 async def test_io_setup_eagain_falls_back_to_threads(fresh_probes: None, tmp_path: Path) -> None:
     _need("linux_aio")
     _backend.mark_unavailable("io_uring", "unavailable for this test")
