@@ -1,0 +1,134 @@
+"""In-process measurements quoted in docs/benchmarks.md and commit messages, outside the
+worker protocol of ``python -m bench`` (one process, one loop, engine counters at hand):
+
+    python -m bench.inproc gather-reads [--backend threads] [--n 1000 10000]
+        N hot 4 KiB ``aionative.pread``s of a cached 4 MiB file issued at once with
+        ``asyncio.gather``: seconds and engine counters (the threads backend's refused-read
+        queue: quadratic before aec2801).
+    python -m bench.inproc w4-loop [--seconds 6] [--budget-us 1e9]
+        ``async with aionative.open(p, "rb")`` + ``read()`` over 300 of W4's cached files in
+        a loop, N=1 (the loop profiled with ``py-spy record -r 1000 -f raw -o out.txt --
+        python -m bench.inproc w4-loop``); prints µs a file.
+    python -m bench.inproc w1-inline [--n 64] [--loop asyncio|uvloop]
+        W1's hot random 4 KiB reads by N tasks for 1 s, five times: CPU µs a read, reads/s
+        and the share completed inline (the rest went through the kernel queue), median run.
+
+Needs ``make bench`` (or ``python -m bench --workloads W1 W4``) to have created the data in
+``bench/.data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import aionative
+from bench.common import DATA_DIR
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+async def gather_reads(counts: list[int]) -> None:
+    with tempfile.NamedTemporaryFile() as tmp:
+        tmp.write(os.urandom(4 << 20))
+        tmp.flush()
+        fd = tmp.fileno()
+        for n in counts:
+            t = time.perf_counter()
+            got = await asyncio.gather(*(aionative.pread(fd, 4096, (i * 4096) % (4 << 20))
+                                         for i in range(n)))
+            assert all(len(g) == 4096 for g in got)
+            print(f"{n} reads: {time.perf_counter() - t:.3f} s  {aionative.engine_stats()}")
+
+
+def _w4_files(count: int = 300) -> list[str]:
+    roots = sorted(DATA_DIR.glob("w4-files-1000-seed*"))
+    if not roots:
+        raise SystemExit("no W4 files: run `python -m bench --workloads W4` first")
+    files = sorted(str(p) for p in roots[0].iterdir())[:count]
+    for p in files:
+        Path(p).read_bytes()  # into the page cache
+    return files
+
+
+async def w4_loop(seconds: float, budget_us: float | None) -> None:
+    files = _w4_files()
+    aionative.set_inline_budget(budget_us)
+    done, t0, c0 = 0, time.perf_counter(), _cpu()
+    while time.perf_counter() - t0 < seconds:
+        for p in files:
+            async with aionative.open(p, "rb") as f:
+                await f.read()
+        done += len(files)
+    wall, cpu = time.perf_counter() - t0, _cpu() - c0
+    print(f"{done} files: {wall * 1e6 / done:.1f} µs wall, {cpu * 1e6 / done:.1f} µs CPU a file")
+
+
+async def w1_inline(n: int) -> None:
+    paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
+    if not paths:
+        raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
+    fd = os.open(paths[0], os.O_RDONLY)
+    span = 64 << 20  # a 64 MiB hot region
+    for off in range(0, span, 1 << 20):
+        os.pread(fd, 1 << 20, off)
+    runs = []
+
+    async def reader(k: int, stop: list[bool]) -> None:
+        rnd = random.Random(k)
+        while not stop[0]:
+            await aionative.pread(fd, 4096, rnd.randrange(span >> 12) << 12)
+
+    for _ in range(5):
+        stop = [False]
+        tasks = [asyncio.ensure_future(reader(k, stop)) for k in range(n)]
+        await asyncio.sleep(0.1)
+        s0, c0, t0 = aionative.engine_stats(), _cpu(), time.perf_counter()
+        await asyncio.sleep(1.0)
+        s1, c1, t1 = aionative.engine_stats(), _cpu(), time.perf_counter()
+        stop[0] = True
+        await asyncio.gather(*tasks)
+        inline = s1["inline_hits"] - s0["inline_hits"]
+        ops = inline + s1["completed"] - s0["completed"]
+        runs.append(((c1 - c0) * 1e6 / ops, ops / (t1 - t0), inline / ops))
+    os.close(fd)
+    cpu, rate, share = sorted(runs)[len(runs) // 2]
+    print(f"N={n}: {cpu:.2f} µs CPU a read, {rate / 1e3:.1f}k reads/s, {share:.0%} inline")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["gather-reads", "w4-loop", "w1-inline"])
+    ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
+    ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+    ap.add_argument("--n", type=int, nargs="+", default=None)
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--budget-us", type=float, default=None)
+    args = ap.parse_args()
+    if args.backend:
+        aionative.set_default_backend(args.backend)
+    if args.what == "gather-reads":
+        coro = gather_reads(args.n or [1000, 10000])
+    elif args.what == "w4-loop":
+        coro = w4_loop(args.seconds, args.budget_us)
+    else:
+        coro = w1_inline((args.n or [64])[0])
+    if args.loop == "uvloop":
+        import uvloop
+        uvloop.run(coro)
+    else:
+        asyncio.run(coro)
+
+
+if __name__ == "__main__":
+    main()
