@@ -5,10 +5,11 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         N hot 4 KiB ``aionative.pread``s of a cached 4 MiB file issued at once with
         ``asyncio.gather``: seconds and engine counters (the threads backend's refused-read
         queue: quadratic before aec2801).
-    python -m bench.inproc w4-loop [--seconds 6] [--budget-us 1e9]
+    python -m bench.inproc w4-loop [--seconds 6] [--budget-us 1e9] [--n 1]
         ``async with aionative.open(p, "rb")`` + ``read()`` over 300 of W4's cached files in
-        a loop, N=1 (the loop profiled with ``py-spy record -r 1000 -f raw -o out.txt --
-        python -m bench.inproc w4-loop``); prints µs a file.
+        passes, N tasks sharing one iterator (the loop profiled with ``py-spy record -r 1000
+        -f raw -o out.txt -- python -m bench.inproc w4-loop --budget-us 1e9``); prints µs a
+        file and how many operations went through the kernel queue.
     python -m bench.inproc w1-inline [--n 64] [--loop asyncio|uvloop]
         W1's hot random 4 KiB reads by N tasks for 1 s, five times: CPU µs a read, reads/s
         and the share completed inline (the rest went through the kernel queue), median run.
@@ -26,6 +27,7 @@ import random
 import resource
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aionative
@@ -60,17 +62,25 @@ def _w4_files(count: int = 300) -> list[str]:
     return files
 
 
-async def w4_loop(seconds: float, budget_us: float | None) -> None:
+async def w4_loop(seconds: float, budget_us: float | None, tasks: int) -> None:
     files = _w4_files()
     aionative.set_inline_budget(budget_us)
-    done, t0, c0 = 0, time.perf_counter(), _cpu()
-    while time.perf_counter() - t0 < seconds:
-        for p in files:
+
+    async def worker(it: Iterator[str]) -> None:
+        for p in it:
             async with aionative.open(p, "rb") as f:
                 await f.read()
+
+    done, t0, c0 = 0, time.perf_counter(), _cpu()
+    s0 = aionative.engine_stats()
+    while time.perf_counter() - t0 < seconds:
+        it = iter(files)
+        await asyncio.gather(*(worker(it) for _ in range(tasks)))
         done += len(files)
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
-    print(f"{done} files: {wall * 1e6 / done:.1f} µs wall, {cpu * 1e6 / done:.1f} µs CPU a file")
+    queued = aionative.engine_stats()["submitted"] - s0["submitted"]
+    print(f"{done} files, N={tasks}: {wall * 1e6 / done:.1f} µs wall, "
+          f"{cpu * 1e6 / done:.1f} µs CPU a file; {queued} operations through the kernel queue")
 
 
 async def w1_inline(n: int) -> None:
@@ -120,7 +130,7 @@ def main() -> None:
     if args.what == "gather-reads":
         coro = gather_reads(args.n or [1000, 10000])
     elif args.what == "w4-loop":
-        coro = w4_loop(args.seconds, args.budget_us)
+        coro = w4_loop(args.seconds, args.budget_us, (args.n or [1])[0])
     else:
         coro = w1_inline((args.n or [64])[0])
     if args.loop == "uvloop":
