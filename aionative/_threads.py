@@ -270,6 +270,21 @@ class ThreadsEngine:
             return self._next_turn(self.read, fd, size, offset)
         return self._submit(_pread, fd, size, offset)
 
+    def read_inline(self, fd: int, size: int, offset: int) -> bytes | bool | None:
+        """``read``'s inline part alone (see the native engine's ``read_inline``): the
+        bytes, False when the budget is spent, None when a worker would have to read."""
+        fd, size, offset = _read_args_fast(fd, size, offset)
+        if self._closed:
+            raise RuntimeError("aionative: engine is closed")
+        if 0 < size <= INLINE_MAX and self._inline_allowed(fd):
+            buf = bytearray(size)
+            n = self._inline_into(fd, memoryview(buf), offset)
+            if n >= 0:
+                del buf[n:]
+                return bytes(buf)
+            return None
+        return False if self._spent and 0 < size <= INLINE_MAX else None
+
     def readinto(self, fd: int, buffer: Any, offset: int) -> int | asyncio.Future[int]:
         """``preadinto``, completed inline when the page cache holds the data."""
         fd, offset = index(fd), index(offset)

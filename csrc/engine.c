@@ -526,6 +526,11 @@ static Py_ssize_t parse_size(PyObject *o)
 }
 
 /* pread and read: `fast` tries the inline path first and then returns the bytes themselves. */
+/* fast: PREAD_QUEUE (the kernel queue only), PREAD_INLINE (inline when the page cache holds
+ * the data, else the queue), PREAD_INLINE_ONLY (inline or not at all: False when the budget
+ * is spent, None when the data is not all cached or the read may not run inline). */
+enum { PREAD_QUEUE, PREAD_INLINE, PREAD_INLINE_ONLY };
+
 static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
                               const char *name, int fast)
 {
@@ -555,6 +560,12 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
             return NULL;
         return bytes;
     }
+    if (fast == PREAD_INLINE_ONLY) {
+        Py_DECREF(bytes);
+        if (ok < 0)
+            return NULL;
+        return Py_NewRef(ok == 0 && e->budget_spent ? Py_False : Py_None);
+    }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
         Py_DECREF(bytes);
@@ -573,12 +584,17 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
 
 static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
-    return engine_pread(e, args, n, "pread", 0);
+    return engine_pread(e, args, n, "pread", PREAD_QUEUE);
 }
 
 static PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
-    return engine_pread(e, args, n, "read", 1);
+    return engine_pread(e, args, n, "read", PREAD_INLINE);
+}
+
+static PyObject *Engine_read_inline(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    return engine_pread(e, args, n, "read_inline", PREAD_INLINE_ONLY);
 }
 
 static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t n,
@@ -860,6 +876,20 @@ static PyObject *Engine_open_cached(engine_t *e, PyObject *args)
     if ((size_t)len != strlen(path))
         Py_RETURN_NONE;  /* an embedded NUL: the queue's openat raises what os.open does */
     return inline_open(e, dirfd, path, flags);
+}
+
+/* open_stat(dirfd, path: bytes, flags) -> tuple | None (see inline_open_stat) */
+static PyObject *Engine_open_stat(engine_t *e, PyObject *args)
+{
+    int dirfd, flags;
+    const char *path;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "iy#i:open_stat", &dirfd, &path, &len, &flags) ||
+        !engine_usable(e))
+        return NULL;
+    if ((size_t)len != strlen(path))
+        Py_RETURN_NONE;  /* an embedded NUL: the queue's openat raises what os.open does */
+    return inline_open_stat(e, dirfd, path, flags);
 }
 
 /* close_cached(fd) -> bool (see inline_close) */
@@ -1406,6 +1436,11 @@ static PyMethodDef Engine_methods[] = {
     {"read", (PyCFunction)(void (*)(void))Engine_read, METH_FASTCALL,
      "read(fd, size, offset) -> bytes | Future[bytes]: pread, completed inline (the bytes "
      "themselves) when the page cache holds the data and the iteration's budget allows"},
+    {"read_inline", (PyCFunction)(void (*)(void))Engine_read_inline, METH_FASTCALL,
+     "read_inline(fd, size, offset) -> bytes | False | None: read's inline part alone: the "
+     "bytes when the page cache holds them all, False when the iteration's budget is spent "
+     "(yield, then try again), None when the read must go to the kernel queue (nothing "
+     "submitted)"},
     {"readinto", (PyCFunction)(void (*)(void))Engine_readinto, METH_FASTCALL,
      "readinto(fd, buffer, offset) -> int | Future[int]: preadinto, completed inline when it "
      "can be (see read)"},
@@ -1426,6 +1461,10 @@ static PyMethodDef Engine_methods[] = {
      "dentry cache holds every component of the path (int: the descriptor), False when the "
      "iteration's budget is spent (yield, then try again), None to use the kernel queue "
      "(not cached, an error, or O_CREAT/O_TRUNC/O_TMPFILE)"},
+    {"open_stat", (PyCFunction)Engine_open_stat, METH_VARARGS,
+     "open_stat(dirfd, path: bytes, flags) -> tuple | None: open_cached's open, not bounded "
+     "by the budget, then fstat(2): (fd, st_mode, st_size, st_blksize); None: use the kernel "
+     "queue"},
     {"close_cached", (PyCFunction)Engine_close_cached, METH_O,
      "close_cached(fd) -> bool: close(2) inline when it cannot wait (a linked regular file "
      "opened read-only on a local filesystem) and the fast path is on (not bounded by the "

@@ -253,6 +253,10 @@ PyObject *inline_read_file(engine_t *e, int dirfd, const char *path);
  * flag that may write: O_CREAT, O_TRUNC, O_TMPFILE). Opened the way io_uring's openat opens:
  * O_NONBLOCK first, cleared afterwards unless `flags` has it. */
 PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags);
+/* inline_open, then fstat(2) of what it opened: (fd, st_mode, st_size, st_blksize), or None
+ * (use the kernel queue). Not bounded by the budget (never False): an open that cannot wait
+ * costs less than deferring it, and the read that follows is bounded. */
+PyObject *inline_open_stat(engine_t *e, int dirfd, const char *path, int flags);
 /* close(2) inline of a descriptor whose close cannot wait: a regular file, still linked,
  * opened read-only, on a local filesystem (no ->flush); whenever the fast path is on, even
  * with the budget spent. 1 closed, 0 not (use the queue), -1 error (the descriptor is

@@ -167,12 +167,12 @@ static int cached_open(engine_t *e, int dirfd, const char *path, int flags)
     return fd;
 }
 
-PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags)
+static PyObject *open_inline(engine_t *e, int dirfd, const char *path, int flags, int budgeted)
 {
     /* The kernel refuses RESOLVE_CACHED for these (they may write): the queue opens them. */
     if (!e->budget_ns || flags & (O_CREAT | O_TRUNC) || (flags & O_TMPFILE) == O_TMPFILE)
         Py_RETURN_NONE;
-    int ok = inline_budget_ok(e);
+    int ok = budgeted ? inline_budget_ok(e) : 1;
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_False);
     int fd = cached_open(e, dirfd, path, flags);
@@ -180,6 +180,34 @@ PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags)
         Py_RETURN_NONE;  /* not cached, an error, or no openat2: the queue opens (or reports) */
     e->st.inline_hits++;
     return handoff(e, fd, flags & O_NONBLOCK);
+}
+
+PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags)
+{
+    return open_inline(e, dirfd, path, flags, 1);
+}
+
+PyObject *inline_open_stat(engine_t *e, int dirfd, const char *path, int flags)
+{
+    /* Not bounded by the budget, as a close that cannot wait is not: two system calls that
+     * cannot wait cost less than deferring them, and the read that follows is bounded. */
+    PyObject *got = open_inline(e, dirfd, path, flags, 0);
+    if (!got || got == Py_None || got == Py_False)
+        return got;
+    int fd = (int)PyLong_AsLong(got);
+    Py_DECREF(got);
+    struct stat st;
+    e->st.syscalls++;
+    if (fstat(fd, &st) < 0) {  /* as FileIO's fstat at open: the error, nothing left open */
+        PyErr_SetFromErrno(PyExc_OSError);
+        close(fd);
+        return NULL;
+    }
+    PyObject *r = Py_BuildValue("(iILl)", fd, (unsigned)st.st_mode, (long long)st.st_size,
+                                (long)st.st_blksize);
+    if (!r)
+        close(fd);
+    return r;
 }
 
 int inline_close(engine_t *e, int fd)
