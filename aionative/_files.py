@@ -25,6 +25,11 @@ Calls on one file are serialised: a second task's call waits for the first to fi
 cancelled while its call is fetching leaves the file unchanged; one cancelled while its writes
 are in the kernel leaves them to finish, and the next call on the file reports their outcome.
 
+A regular file opened ``rb`` by path starts *lazy* (see :class:`_LazyReader`): it holds the
+descriptor, the position and the size, and serves ``read()`` to the end and ``close()`` with
+one engine call each. The stack above is built the first time anything else needs it, at the
+position the lazy calls reached — the state the stack would have had.
+
 Objects that ``threadpool.wrap`` wraps (any synchronous file) run every call in the executor,
 as aiofiles does.
 """
@@ -45,13 +50,14 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
 from operator import index
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import _kernelops as _k
 from ._backend import _core
-from ._engine import get_engine
+from ._engine import _running_loop, get_engine
 from ._raw import (
     ALIGN,
+    REGULAR,
     STREAM,
     WindowRaw,
     align_down,
@@ -61,6 +67,7 @@ from ._raw import (
     off_t,
     rmw_blocks,
 )
+from ._threads import ThreadsEngine
 
 T = TypeVar("T")
 S = TypeVar("S", str, bytes)
@@ -195,6 +202,7 @@ class AsyncBase(Generic[S]):
     # FileIO's read(2)/write(2) would leave it, and follow it if the caller moves it.
     _fd_shared = False
     _synced_pos = -1
+    _lazy: _LazyReader | None = None  # an ``rb`` file whose stack is not built yet
 
     def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None = None,
                  executor: Executor | None = None, *, raw: WindowRaw | None = None,
@@ -213,6 +221,10 @@ class AsyncBase(Generic[S]):
         self._gate: Any = _NO_GATE
 
     # --- the machinery --------------------------------------------------------------------
+
+    def _materialize(self) -> None:
+        """Build the synchronous stack of a lazy file (only ``rb`` files start lazy)."""
+        raise AssertionError(f"{type(self).__name__} never starts lazy")
 
     def _get_loop(self) -> asyncio.AbstractEventLoop:
         return self._loop or asyncio.get_running_loop()
@@ -641,6 +653,14 @@ class AsyncBase(Generic[S]):
             self._unlock()
 
     async def close(self) -> None:
+        lazy = self._lazy
+        if lazy is not None and not self._busy:  # (busy: wait below for the lazy read)
+            if not lazy.closed:
+                lazy.closed = True  # FileIO's close: closed, whatever close(2) says
+                eng = lazy.engine()
+                if isinstance(eng, ThreadsEngine) or not eng.close_cached(lazy.fd):
+                    await _k.close_fd(lazy.fd)
+            return
         raw = self._raw
         if raw is None:
             return await self._in_executor(self._file.close)
@@ -955,11 +975,22 @@ class AsyncBase(Generic[S]):
         raise NotImplementedError
 
     def __del__(self) -> None:
-        raw = getattr(self, "_raw", None)
+        lazy = self._lazy
+        if lazy is not None:
+            if not lazy.closed:
+                warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2,
+                              source=self)
+                lazy.closed = True
+                os.close(lazy.fd)  # as the stack's FileIO closes it when collected
+            return
+        raw = self.__dict__.get("_raw")
         if raw is not None and not raw.closed:
             warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
 
     def __repr__(self) -> str:
+        lazy = self._lazy
+        if lazy is not None:  # what the BufferedReader it stands for would say
+            return f"<{type(self).__name__} <_io.BufferedReader name={lazy.name!r}>>"
         return f"<{type(self).__name__} {self._file!r}>"
 
 
@@ -1005,6 +1036,16 @@ class _BinaryBase(AsyncBase[bytes]):
         return res
 
     async def read(self, size: int | None = -1, /) -> bytes:
+        lazy = self._lazy
+        if lazy is not None:
+            if (size is None or type(size) is int and size == -1) and not self._busy:
+                res = lazy.read_rest()
+                if res is False:
+                    res = await self._read_rest_later(lazy)
+                if isinstance(res, bytes):
+                    return res
+            if self._lazy is not None:
+                self._materialize()
         if self._raw is None:
             return bytes(await self._in_executor(self._file.read, size))
         if not self._try_lock():
@@ -1133,6 +1174,25 @@ class _BinaryBase(AsyncBase[bytes]):
     def readable(self) -> bool:
         return bool(self._file.readable())
 
+    async def _read_rest_later(self, lazy: _LazyReader) -> bytes | None:
+        """A lazy ``read()`` that found the budget spent: read inline on a later turn (a
+        kernel round trip costs more), the file locked meanwhile. The bytes, or None: the
+        stack must read them."""
+        pos, want = lazy.pos, lazy.want()
+        self._busy = True
+        try:
+            res = await _k.after_a_turn(lazy.engine(), "read_inline", lazy.fd, want, pos)
+            if type(res) is not bytes or len(res) == want:
+                return None
+            lazy.pos = pos + len(res)
+            if self._lazy is None:  # a call waiting for this one built the stack meanwhile
+                self._run(self._file.seek, lazy.pos)
+            return res
+        finally:
+            self._busy = False
+            if self._lazy is None and self._waiters:
+                self._wake()
+
     def _batch_term(self) -> bytes | None:
         return b"\n"
 
@@ -1222,6 +1282,43 @@ class AsyncBufferedIOBase(_BufferedBase):
 class AsyncBufferedReader(_BufferedBase):
     """``rb`` and the ``+`` binary modes: a ``BufferedReader`` or ``BufferedRandom``."""
 
+    @classmethod
+    def _open_lazy(cls, eng: Any, fd: int, name: str, size: int, blksize: int,
+                   loop: asyncio.AbstractEventLoop | None,
+                   executor: Executor | None) -> AsyncBufferedReader:
+        """An ``rb`` file over the regular file ``fd`` that ``eng`` just opened by path,
+        its stack not built yet (see _LazyReader)."""
+        self = cls.__new__(cls)
+        self._lazy = _LazyReader(eng, fd, name, size, blksize, loop, executor)
+        return self
+
+    def _materialize(self) -> None:
+        """Build the stack ``_build`` builds for a regular file opened ``rb``, where the lazy
+        calls left the file."""
+        lazy = self._lazy
+        assert lazy is not None
+        del self._lazy  # the class's None from now on
+        raw = WindowRaw(lazy.fd, kind=REGULAR, readable=True, writable=False, appending=False,
+                        created=False, seekable=True, closefd=True, size=lazy.size,
+                        pos=lazy.pos, blksize=lazy.blksize, isatty=False)
+        raw.name = lazy.name
+        buffer = io.BufferedReader(raw, lazy.blksize)  # type: ignore[type-var]
+        AsyncBase.__init__(self, buffer, lazy.loop, lazy.executor, raw=raw, route="engine")
+        self._bufsize = lazy.blksize
+        if lazy.closed:  # the descriptor is closed already: close the stack over it
+            raw._closed_fd = True
+            buffer.close()
+
+    if not TYPE_CHECKING:  # (mypy would accept any attribute on the class)
+        def __getattr__(self, name: str) -> Any:
+            # Only called for attributes the object lacks: on a lazy file, the stack's.
+            if name in _STACK_ATTRS and self._lazy is not None:
+                self._materialize()
+                return getattr(self, name)
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r}", name=name,
+                obj=self)
+
     async def peek(self, size: int = 0, /) -> bytes:
         if self._raw is None:
             return bytes(await self._in_executor(self._file.peek, size))
@@ -1234,6 +1331,58 @@ class AsyncBufferedReader(_BufferedBase):
             raise
         finally:
             self._unlock()
+
+
+class _LazyReader:
+    """What a lazy ``rb`` file (AsyncBufferedReader._open_lazy) knows before its stack exists:
+    the descriptor, the position and the size. ``read()`` to the end is one inline engine
+    read, which leaves the file where the builtin's ``readall`` leaves it (at the end, the
+    buffer empty), so the stack built later starts from there; anything else builds it."""
+
+    __slots__ = ("blksize", "closed", "eng", "executor", "fd", "loop", "name", "pos", "size")
+
+    def __init__(self, eng: Any, fd: int, name: str, size: int, blksize: int,
+                 loop: asyncio.AbstractEventLoop | None, executor: Executor | None) -> None:
+        self.eng = eng
+        self.fd = fd
+        self.name = name
+        self.size = size
+        self.blksize = blksize
+        self.loop = loop
+        self.executor = executor
+        self.pos = 0
+        self.closed = False
+
+    def engine(self) -> Any:
+        """The engine that opened the file, while its loop runs; else the running loop's."""
+        eng = self.eng
+        return eng if eng.loop is _running_loop() else get_engine()
+
+    def want(self) -> int:
+        """What a read to the end asks for: one byte more than the size, so that a short read
+        proves the end."""
+        return max(self.size - self.pos, 0) + 1
+
+    def read_rest(self) -> bytes | bool | None:
+        """The bytes from the position to the end of the file, read inline; False when the
+        budget is spent; None if they cannot be read here (not cached, a file too large, one
+        that grew, or closed): the stack then reads them through the kernel queue."""
+        if self.closed:
+            return None
+        want = self.want()
+        res = self.engine().read_inline(self.fd, want, self.pos)
+        if res is False:
+            return False
+        if type(res) is not bytes or len(res) == want:
+            return None
+        self.pos += len(res)  # short of `want`: within the size
+        return res
+
+
+# The instance attributes AsyncBase.__init__ sets: a lazy file builds its stack when one of
+# them is first asked for.
+_STACK_ATTRS = frozenset({"_file", "_raw", "_route", "_waiters", "_unfinished",
+                          "_unfinished_staged", "_gate", "_loop", "_executor"})
 
 
 class AsyncFileIO(_BinaryBase):

@@ -67,7 +67,7 @@ async def read_bytes(path: StrPath) -> bytes:
         bpath = os.fsencode(path)
         res = eng.read_file(_k.AT_FDCWD, bpath)
         if res is False:  # the budget is spent (the first inline call of a turn always runs)
-            res = await _k.after_a_turn("read_file", _k.AT_FDCWD, bpath)
+            res = await _k.after_a_turn(eng, "read_file", _k.AT_FDCWD, bpath)
         if isinstance(res, bytes):
             return res
         if res is not None and res is not False:

@@ -108,14 +108,13 @@ class _Deferred:
 _deferred: weakref.WeakKeyDictionary[Any, _Deferred] = weakref.WeakKeyDictionary()
 
 
-async def after_a_turn(method: str, *args: Any) -> Any:
-    """An inline engine call that said False (this iteration's budget is spent): run it again
+async def after_a_turn(eng: Any, method: str, *args: Any) -> Any:
+    """An inline call of ``eng`` that said False (this iteration's budget is spent): run it again
     on a later turn of the loop, which renews the budget — far cheaper than the queued
     operations it stands for. None if it can no longer run inline (the caller then queues it).
 
     A result that is an ``int`` is a descriptor (``open_cached``, ``read_file``): it is closed
     if the caller is cancelled after the call ran."""
-    eng = get_engine()
     if isinstance(eng, ThreadsEngine):
         return None
     d = _deferred.get(eng)
@@ -163,7 +162,8 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
     if not isinstance(cur, ThreadsEngine):
         res = cur.open_cached(_dirfd(dir_fd), os.fsencode(path), flags)
         if res is False:
-            res = await after_a_turn("open_cached", _dirfd(dir_fd), os.fsencode(path), flags)
+            res = await after_a_turn(cur, "open_cached", _dirfd(dir_fd), os.fsencode(path),
+                                     flags)
             cur = get_engine()
         if res is not None:
             return int(res)

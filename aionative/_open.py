@@ -108,7 +108,14 @@ class AiofilesContextManager(Generic[F]):
         return self._obj
 
     async def __aenter__(self) -> F:
-        return await self
+        obj = self._obj  # what ``await self`` does, without its generator
+        if obj is None:
+            coro = self._coro
+            if coro is None:
+                raise RuntimeError("cannot reuse already awaited coroutine")
+            self._coro = None
+            obj = self._obj = await coro
+        return obj
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
@@ -172,9 +179,46 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
             fd = await _k.open_fd(name, flags, 0o666)
             nonblocking_open = _k.opens_nonblocking()
         owned = True
+    return await _wrap(fd, name, owned, mode, buffering, encoding, errors, newline, closefd,
+                       loop, executor, direct,
+                       nonblocking_open and flags & os.O_ACCMODE == os.O_RDONLY)
+
+
+_RB_FLAGS = os.O_RDONLY | os.O_CLOEXEC  # what io.open computes for "rb"
+
+
+async def _open_rb(file: str | os.PathLike[str] | os.PathLike[bytes], loop: asyncio.AbstractEventLoop | None,
+                   executor: Executor | None) -> AsyncBase[Any]:
+    """``open(path, "rb")`` with every other argument at its default: a regular file whose
+    path the dentry cache holds is opened and ``fstat``-ed in one inline call (``open_stat``:
+    two system calls that cannot wait, cheaper than deferring them, so not bounded by the
+    budget; the read that follows is) and starts lazy (see ``_files._LazyReader``); anything
+    else takes ``open_file``'s way."""
+    path = file if type(file) is str else os.fspath(file)
+    eng = get_engine()
+    if type(path) is str and not isinstance(eng, ThreadsEngine) and "\0" not in path:
+        bpath = os.fsencode(path)
+        res = eng.open_stat(_k.AT_FDCWD, bpath, _RB_FLAGS)  # not bounded by the budget
+        if isinstance(res, tuple):
+            fd, st_mode, size, blksize = res
+            if stat.S_ISREG(st_mode):
+                return AsyncBufferedReader._open_lazy(
+                    eng, fd, path, size, blksize if blksize > 1 else io.DEFAULT_BUFFER_SIZE,
+                    loop, executor)
+            # A directory, FIFO or device, opened with O_NONBLOCK as io_uring opens.
+            return await _wrap(fd, path, True, "rb", -1, None, None, None, True, loop,
+                               executor, False, True)
+    return await open_file(file, "rb", loop=loop, executor=executor)
+
+
+async def _wrap(fd: int, name: Any, owned: bool, mode: str, buffering: int,
+                encoding: str | None, errors: str | None, newline: str | None, closefd: bool,
+                loop: asyncio.AbstractEventLoop | None, executor: Executor | None,
+                direct: bool, fifo_wait: bool) -> AsyncBase[Any]:
+    """The file object over ``fd`` (``owned``: opened here, closed if this fails)."""
     try:
         f = await _build(fd, name, mode, buffering, encoding, errors, newline, closefd,
-                         loop, executor, nonblocking_open and flags & os.O_ACCMODE == os.O_RDONLY)
+                         loop, executor, fifo_wait)
         if direct:
             if not owned:  # the caller's descriptor: switch it to O_DIRECT (fcntl allows it)
                 fl = fcntl.fcntl(fd, fcntl.F_GETFL)
@@ -375,6 +419,11 @@ def open(file: FileArg, mode: str = "r", buffering: int = -1, encoding: str | No
     trimmed to its true size), so the descriptor is opened read-write. Append mode is
     emulated at the size aionative knows.
     """
+    if ((type(file) is str or isinstance(file, os.PathLike)) and mode == "rb"
+            and type(buffering) is int and buffering == -1
+            and encoding is None and errors is None and newline is None and closefd is True
+            and opener is None and not direct):
+        return AiofilesContextManager(_open_rb(file, loop, executor))
     return AiofilesContextManager(open_file(file, mode, buffering, encoding, errors, newline,
                                             closefd, opener, loop=loop, executor=executor,
                                             direct=direct))

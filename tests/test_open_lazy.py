@@ -1,0 +1,293 @@
+"""Lazy ``rb`` files: ``aionative.open(path, "rb")`` with the other arguments at their
+defaults opens a regular file and ``fstat``s it in one inline call, and the file starts
+without its stack (``WindowRaw`` + ``BufferedReader``). ``read()`` to the end is one inline
+engine read and ``close()`` one inline close; anything else builds the stack where the lazy
+calls left the file. These tests check that a lazy file is indistinguishable from the builtin
+and from a file with its stack built: after every lazy call, under a spent budget, with a
+concurrent call, a cancellation, a failing inline read, a file that grew, and across loops.
+
+Every test runs on each backend × {asyncio, uvloop}; the threads backend never opens lazily
+(its opens run in a worker), and the tests say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import gc
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import aionative
+from aionative import _backend
+
+from .conftest import LOOP_FACTORIES, open_fds_to
+from .test_open_differential import EXAMPLES, binary_ops, contents, run_scenario
+
+
+def lazy(f: Any) -> bool:
+    """Whether the file has not built its stack yet (read without building it)."""
+    return f.__dict__.get("_lazy") is not None
+
+
+def expect_lazy(backend: str) -> bool:
+    return backend != "threads"
+
+
+def cached(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+    assert path.read_bytes() == data  # in the page cache now
+
+
+@pytest.fixture
+def tiny_budget() -> Any:
+    """A budget of 1 ns: the first inline call of a loop iteration runs, every later one in
+    the same iteration finds the budget spent."""
+    aionative.set_inline_budget(0.001)
+    yield
+    aionative.set_inline_budget(None)
+
+
+@pytest.mark.parametrize("as_path", [False, True])
+@pytest.mark.asyncio
+async def test_read_to_the_end_stays_lazy_and_later_calls_agree(
+        backend: str, tmp_path: Path, as_path: bool) -> None:
+    p = tmp_path / "f"
+    data = os.urandom(100_000)
+    cached(p, data)
+    eng = aionative.get_engine()
+    before = eng.stats()
+    f = await aionative.open(p if as_path else str(p), "rb")
+    assert lazy(f) is expect_lazy(backend)
+    assert await f.read() == data
+    assert await f.read() == b""
+    assert await f.read(None) == b""
+    assert lazy(f) is expect_lazy(backend)
+    if expect_lazy(backend):  # open, read and read again at the end: no kernel round trip
+        assert eng.stats()["submitted"] == before["submitted"]
+    # Everything else builds the stack where the lazy reads left the file.
+    assert await f.tell() == len(data)
+    assert not lazy(f)
+    assert await f.seek(10) == 10
+    assert await f.read(5) == data[10:15]
+    assert (await f.peek(1)).startswith(data[15:16])
+    assert await f.read1(3) == data[15:18]
+    assert f.name == str(p) and f.mode == "rb" and not f.closed
+    await f.close()
+    assert f.closed
+
+
+@pytest.mark.asyncio
+async def test_a_lazy_close_leaves_a_closed_file(backend: str, tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    cached(p, b"abc")
+    fds = open_fds_to(p)
+    f = await aionative.open(str(p), "rb")
+    assert open_fds_to(p) == fds + 1
+    await f.close()
+    assert open_fds_to(p) == fds
+    assert lazy(f) is expect_lazy(backend)  # closing did not build the stack
+    await f.close()  # a second close does nothing, as the builtin's
+    assert f.closed and f.name == str(p) and f.mode == "rb"
+    g = open(p, "rb")  # noqa: ASYNC230, SIM115 - the builtin's errors, for comparison
+    g.close()
+    for name in ("read", "tell", "peek", "readline"):
+        with pytest.raises(ValueError) as sync_exc:
+            getattr(g, name)()
+        with pytest.raises(ValueError) as our_exc:
+            await getattr(f, name)()
+        assert str(our_exc.value) == str(sync_exc.value)
+    with pytest.raises(ValueError) as sync_exc:
+        g.fileno()
+    with pytest.raises(ValueError) as our_exc:
+        f.fileno()
+    assert str(our_exc.value) == str(sync_exc.value)
+    assert repr(f) == f"<AsyncBufferedReader <_io.BufferedReader name={str(p)!r}>>"
+
+
+@pytest.mark.asyncio
+async def test_a_lazy_file_left_open_warns_and_closes_its_descriptor(
+        backend: str, tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    cached(p, b"abc")
+    fds = open_fds_to(p)
+    f = await aionative.open(str(p), "rb")
+    assert await f.read() == b"abc"
+    text = repr(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del f
+        gc.collect()
+    assert any(issubclass(w.category, ResourceWarning) and text in str(w.message)
+               for w in caught)
+    del caught  # the warning's source: the file itself
+    gc.collect()
+    assert open_fds_to(p) == fds
+
+
+async def spend_then_read(eng: Any, fd: int, f: Any) -> bytes:
+    """A lazy ``read()`` in a loop iteration whose budget an inline read has spent."""
+    assert eng.read(fd, 1, 0) == b"x"  # an inline call: the (1 ns) budget is spent after it
+    return bytes(await f.read())
+
+
+@pytest.mark.asyncio
+async def test_a_read_the_budget_refused_waits_a_turn_with_the_file_locked(
+        native_backend: str, tiny_budget: None, tmp_path: Path) -> None:
+    p, q = tmp_path / "f", tmp_path / "other"
+    data = os.urandom(50_000)
+    cached(p, data)
+    cached(q, b"x" * 10)
+    fd = os.open(q, os.O_RDONLY)
+    try:
+        eng = aionative.get_engine()
+        f = await aionative.open(str(p), "rb")
+        assert lazy(f)
+        before = eng.stats()
+        reader = asyncio.ensure_future(spend_then_read(eng, fd, f))
+        teller = asyncio.ensure_future(f.tell())  # waits for the read, as any second call
+        closer = asyncio.ensure_future(f.close())
+        assert await reader == data
+        assert await teller == len(data)
+        await closer
+        assert f.closed
+        after = eng.stats()
+        assert after["budget_exhausted"] > before["budget_exhausted"]
+        assert after["submitted"] == before["submitted"]  # a later turn, not the kernel queue
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_a_read_cancelled_while_it_waits_a_turn_moves_nothing(
+        native_backend: str, tiny_budget: None, tmp_path: Path) -> None:
+    p, q = tmp_path / "f", tmp_path / "other"
+    data = os.urandom(30_000)
+    cached(p, data)
+    cached(q, b"x")
+    fd = os.open(q, os.O_RDONLY)
+    try:
+        eng = aionative.get_engine()
+        async with aionative.open(str(p), "rb") as f:
+            task = asyncio.ensure_future(spend_then_read(eng, fd, f))
+            await asyncio.sleep(0)  # the read is now waiting for a later turn
+            assert not task.done()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert await f.read() == data  # from the start: the cancelled read moved nothing
+            assert await f.tell() == len(data)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_an_inline_read_that_fails_builds_the_stack_and_reads(
+        native_backend: str, tmp_path: Path) -> None:
+    assert _backend._core is not None
+    p = tmp_path / "f"
+    data = os.urandom(70_000)
+    cached(p, data)
+    async with aionative.open(str(p), "rb") as f:
+        assert lazy(f)
+        _backend._core.set_fault("inline", errno.EAGAIN, 1)
+        assert await f.read() == data
+        assert not lazy(f)
+        assert await f.tell() == len(data)
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 3 << 20])  # 3 MiB: past the inline limit
+@pytest.mark.asyncio
+async def test_sizes(backend: str, tmp_path: Path, size: int) -> None:
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    cached(p, data)
+    async with aionative.open(str(p), "rb") as f:
+        assert await f.read() == data
+        assert await f.read() == b""
+        assert await f.tell() == size
+
+
+@pytest.mark.asyncio
+async def test_a_file_that_grew_after_the_open_is_read_to_its_new_end(
+        backend: str, tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    cached(p, b"a" * 1000)
+    with open(p, "rb") as g:  # noqa: ASYNC230 - the builtin, for comparison
+        async with aionative.open(str(p), "rb") as f:
+            with open(p, "ab") as w:  # noqa: ASYNC230
+                w.write(b"b" * 5000)
+            expected = g.read()
+            assert len(expected) == 6000
+            assert await f.read() == expected
+            assert await f.tell() == 6000
+
+
+@pytest.mark.asyncio
+async def test_not_regular_files_and_errors_are_the_builtins(backend: str,
+                                                            tmp_path: Path) -> None:
+    for target in (tmp_path, tmp_path / "missing", str(tmp_path / "bad\0name")):
+        with pytest.raises((OSError, ValueError)) as sync_exc:
+            open(target, "rb")  # noqa: ASYNC230, SIM115
+        with pytest.raises((OSError, ValueError)) as our_exc:
+            await aionative.open(str(target), "rb")
+        assert type(our_exc.value) is type(sync_exc.value)
+        assert getattr(our_exc.value, "errno", None) == getattr(sync_exc.value, "errno", None)
+    with open("/proc/version", "rb") as g:  # noqa: ASYNC230 - size 0, content nonetheless
+        expected = g.read()
+    async with aionative.open("/proc/version", "rb") as f:
+        assert await f.read() == expected
+
+
+def test_a_lazy_file_opened_in_one_loop_reads_and_closes_in_another(
+        backend: str, tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    data = os.urandom(20_000)
+    cached(p, data)
+    fds = open_fds_to(p)
+    first, second = (factory() for factory in list(LOOP_FACTORIES.values())[:1] * 2)
+    try:
+        f = first.run_until_complete(aionative.open(str(p), "rb"))
+        first.run_until_complete(first.shutdown_asyncgens())
+        first.close()  # its engine is closed with it
+        assert second.run_until_complete(f.read()) == data
+        second.run_until_complete(f.close())
+        assert f.closed and open_fds_to(p) == fds
+    finally:
+        if not first.is_closed():
+            first.close()
+        second.run_until_complete(second.shutdown_asyncgens())
+        second.close()
+
+
+@st.composite
+def lazy_scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    """``rb`` with every default (a lazy file), sequences that often start with, or repeat,
+    ``read()`` to the end, followed by any binary operation."""
+    to_end = st.sampled_from([("read", -1), ("read", None), ("read", -7)])
+    ops = draw(st.lists(st.one_of(to_end, to_end, binary_ops()), max_size=12))
+    return {"mode": "rb", "kw": {}, "ops": ops, "content": draw(contents()),
+            "exists": True, "direct": False}
+
+
+@pytest.fixture(params=list(LOOP_FACTORIES))
+def loop(request: pytest.FixtureRequest) -> Any:
+    lp = LOOP_FACTORIES[request.param]()
+    yield lp
+    lp.run_until_complete(lp.shutdown_asyncgens())
+    lp.close()
+
+
+@settings(max_examples=max(EXAMPLES // 5, 20), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.data_too_large])
+@given(sc=lazy_scenarios())
+def test_lazy_files_are_the_same_as_builtin_open(backend: str, loop: asyncio.AbstractEventLoop,
+                                                 tmp_path: Path, sc: dict[str, Any]) -> None:
+    loop.run_until_complete(run_scenario(tmp_path, sc))
