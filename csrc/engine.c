@@ -864,32 +864,29 @@ static PyObject *Engine_read_file(engine_t *e, PyObject *args)
     return inline_read_file(e, dirfd, path);
 }
 
-/* open_cached(dirfd, path: bytes, flags) -> int | False | None (see inline_open) */
-static PyObject *Engine_open_cached(engine_t *e, PyObject *args)
+/* open_cached(dirfd, path: bytes, flags) -> int | False | None (see inline_open), and
+ * open_stat(dirfd, path: bytes, flags) -> tuple | None (see inline_open_stat) */
+static PyObject *engine_open_inline(engine_t *e, PyObject *args, const char *format,
+                                    PyObject *(*open_fn)(engine_t *, int, const char *, int))
 {
     int dirfd, flags;
     const char *path;
     Py_ssize_t len;
-    if (!PyArg_ParseTuple(args, "iy#i:open_cached", &dirfd, &path, &len, &flags) ||
-        !engine_usable(e))
+    if (!PyArg_ParseTuple(args, format, &dirfd, &path, &len, &flags) || !engine_usable(e))
         return NULL;
     if ((size_t)len != strlen(path))
         Py_RETURN_NONE;  /* an embedded NUL: the queue's openat raises what os.open does */
-    return inline_open(e, dirfd, path, flags);
+    return open_fn(e, dirfd, path, flags);
 }
 
-/* open_stat(dirfd, path: bytes, flags) -> tuple | None (see inline_open_stat) */
+static PyObject *Engine_open_cached(engine_t *e, PyObject *args)
+{
+    return engine_open_inline(e, args, "iy#i:open_cached", inline_open);
+}
+
 static PyObject *Engine_open_stat(engine_t *e, PyObject *args)
 {
-    int dirfd, flags;
-    const char *path;
-    Py_ssize_t len;
-    if (!PyArg_ParseTuple(args, "iy#i:open_stat", &dirfd, &path, &len, &flags) ||
-        !engine_usable(e))
-        return NULL;
-    if ((size_t)len != strlen(path))
-        Py_RETURN_NONE;  /* an embedded NUL: the queue's openat raises what os.open does */
-    return inline_open_stat(e, dirfd, path, flags);
+    return engine_open_inline(e, args, "iy#i:open_stat", inline_open_stat);
 }
 
 /* close_cached(fd) -> bool (see inline_close) */

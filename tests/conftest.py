@@ -64,6 +64,16 @@ def native_backend(request: pytest.FixtureRequest) -> Iterator[str]:
     yield from _use_backend(request.param)
 
 
+@pytest.fixture(params=list(LOOP_FACTORIES))
+def loop(request: pytest.FixtureRequest) -> Iterator[asyncio.AbstractEventLoop]:
+    """A new loop of each kind, for synchronous tests that drive it themselves (hypothesis
+    tests: one loop for all of a test's examples); async generators shut down, then closed."""
+    lp = LOOP_FACTORIES[request.param]()
+    yield lp
+    lp.run_until_complete(lp.shutdown_asyncgens())
+    lp.close()
+
+
 @pytest.fixture
 def ring_only() -> Iterator[None]:
     """Turn the inline fast path off: every read goes through the kernel queue (for tests of

@@ -77,7 +77,6 @@ from ._fuzz_values import (
     snapshot,
     text_data,
 )
-from .conftest import LOOP_FACTORIES
 
 EXAMPLES = int(os.environ.get("AIONATIVE_FUZZ_EXAMPLES", "40"))
 STEPS = int(os.environ.get("AIONATIVE_FUZZ_STEPS", "30"))
@@ -159,14 +158,6 @@ def max_seek(directory: Path) -> int:
     finally:
         os.close(fd)
         os.unlink(directory / ".seekprobe")
-
-
-@pytest.fixture(params=list(LOOP_FACTORIES))
-def loop(request: pytest.FixtureRequest) -> Iterator[asyncio.AbstractEventLoop]:
-    lp = LOOP_FACTORIES[request.param]()
-    yield lp
-    lp.run_until_complete(lp.shutdown_asyncgens())
-    lp.close()
 
 
 # CI replays the same sequences every run (a red CI means a regression, not a new find);

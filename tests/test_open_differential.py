@@ -18,13 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aionative
-
-from .conftest import LOOP_FACTORIES
 
 EXAMPLES = int(os.environ.get("AIONATIVE_DIFF_EXAMPLES", "500"))
 
@@ -311,14 +308,6 @@ async def run_scenario(tmp: Path, sc: dict[str, Any]) -> None:
         for buf in replay.detached:  # closed synchronously, as a caller of detach() would
             buf.close()
     assert pa.read_bytes() == pb.read_bytes(), f"contents differ after {log}"
-
-
-@pytest.fixture(params=list(LOOP_FACTORIES))
-def loop(request: pytest.FixtureRequest) -> Any:
-    lp = LOOP_FACTORIES[request.param]()
-    yield lp
-    lp.run_until_complete(lp.shutdown_asyncgens())
-    lp.close()
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=False,

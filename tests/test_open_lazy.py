@@ -17,6 +17,7 @@ import errno
 import gc
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,22 @@ async def test_a_lazy_file_left_open_warns_and_closes_its_descriptor(
     assert open_fds_to(p) == fds
 
 
+@pytest.fixture
+def refused(native_backend: str, tiny_budget: None,
+            tmp_path: Path) -> Iterator[tuple[Path, bytes, int]]:
+    """A cached file to open lazily, its contents, and a descriptor of another cached file
+    whose inline read spends an iteration's budget (see spend_then_read)."""
+    p, q = tmp_path / "f", tmp_path / "other"
+    data = os.urandom(50_000)
+    cached(p, data)
+    cached(q, b"x")
+    fd = os.open(q, os.O_RDONLY)
+    try:
+        yield p, data, fd
+    finally:
+        os.close(fd)
+
+
 async def spend_then_read(eng: Any, fd: int, f: Any) -> bytes:
     """A lazy ``read()`` in a loop iteration whose budget an inline read has spent."""
     assert eng.read(fd, 1, 0) == b"x"  # an inline call: the (1 ns) budget is spent after it
@@ -139,52 +156,38 @@ async def spend_then_read(eng: Any, fd: int, f: Any) -> bytes:
 
 @pytest.mark.asyncio
 async def test_a_read_the_budget_refused_waits_a_turn_with_the_file_locked(
-        native_backend: str, tiny_budget: None, tmp_path: Path) -> None:
-    p, q = tmp_path / "f", tmp_path / "other"
-    data = os.urandom(50_000)
-    cached(p, data)
-    cached(q, b"x" * 10)
-    fd = os.open(q, os.O_RDONLY)
-    try:
-        eng = aionative.get_engine()
-        f = await aionative.open(str(p), "rb")
-        assert lazy(f)
-        before = eng.stats()
-        reader = asyncio.ensure_future(spend_then_read(eng, fd, f))
-        teller = asyncio.ensure_future(f.tell())  # waits for the read, as any second call
-        closer = asyncio.ensure_future(f.close())
-        assert await reader == data
-        assert await teller == len(data)
-        await closer
-        assert f.closed
-        after = eng.stats()
-        assert after["budget_exhausted"] > before["budget_exhausted"]
-        assert after["submitted"] == before["submitted"]  # a later turn, not the kernel queue
-    finally:
-        os.close(fd)
+        refused: tuple[Path, bytes, int]) -> None:
+    p, data, fd = refused
+    eng = aionative.get_engine()
+    f = await aionative.open(str(p), "rb")
+    assert lazy(f)
+    before = eng.stats()
+    reader = asyncio.ensure_future(spend_then_read(eng, fd, f))
+    teller = asyncio.ensure_future(f.tell())  # waits for the read, as any second call
+    closer = asyncio.ensure_future(f.close())
+    assert await reader == data
+    assert await teller == len(data)
+    await closer
+    assert f.closed
+    after = eng.stats()
+    assert after["budget_exhausted"] > before["budget_exhausted"]
+    assert after["submitted"] == before["submitted"]  # a later turn, not the kernel queue
 
 
 @pytest.mark.asyncio
 async def test_a_read_cancelled_while_it_waits_a_turn_moves_nothing(
-        native_backend: str, tiny_budget: None, tmp_path: Path) -> None:
-    p, q = tmp_path / "f", tmp_path / "other"
-    data = os.urandom(30_000)
-    cached(p, data)
-    cached(q, b"x")
-    fd = os.open(q, os.O_RDONLY)
-    try:
-        eng = aionative.get_engine()
-        async with aionative.open(str(p), "rb") as f:
-            task = asyncio.ensure_future(spend_then_read(eng, fd, f))
-            await asyncio.sleep(0)  # the read is now waiting for a later turn
-            assert not task.done()
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert await f.read() == data  # from the start: the cancelled read moved nothing
-            assert await f.tell() == len(data)
-    finally:
-        os.close(fd)
+        refused: tuple[Path, bytes, int]) -> None:
+    p, data, fd = refused
+    eng = aionative.get_engine()
+    async with aionative.open(str(p), "rb") as f:
+        task = asyncio.ensure_future(spend_then_read(eng, fd, f))
+        await asyncio.sleep(0)  # the read is now waiting for a later turn
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await f.read() == data  # from the start: the cancelled read moved nothing
+        assert await f.tell() == len(data)
 
 
 @pytest.mark.asyncio
@@ -274,14 +277,6 @@ def lazy_scenarios(draw: st.DrawFn) -> dict[str, Any]:
     ops = draw(st.lists(st.one_of(to_end, to_end, binary_ops()), max_size=12))
     return {"mode": "rb", "kw": {}, "ops": ops, "content": draw(contents()),
             "exists": True, "direct": False}
-
-
-@pytest.fixture(params=list(LOOP_FACTORIES))
-def loop(request: pytest.FixtureRequest) -> Any:
-    lp = LOOP_FACTORIES[request.param]()
-    yield lp
-    lp.run_until_complete(lp.shutdown_asyncgens())
-    lp.close()
 
 
 @settings(max_examples=max(EXAMPLES // 5, 20), deadline=None,
