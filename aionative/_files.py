@@ -1354,9 +1354,10 @@ class _LazyReader:
         self.closed = False
 
     def engine(self) -> Any:
-        """The engine that opened the file, while its loop runs; else the running loop's."""
+        """The engine that opened the file, while it is open and its loop runs; else the
+        running loop's (``close_engine()``, or the file used from another loop)."""
         eng = self.eng
-        return eng if eng.loop is _running_loop() else get_engine()
+        return eng if eng.loop is _running_loop() and not eng.closed else get_engine()
 
     def want(self) -> int:
         """What a read to the end asks for: one byte more than the size, so that a short read

@@ -248,6 +248,20 @@ async def test_not_regular_files_and_errors_are_the_builtins(backend: str,
         assert await f.read() == expected
 
 
+@pytest.mark.asyncio
+async def test_a_lazy_file_outlives_its_engine(backend: str, tmp_path: Path) -> None:
+    p = tmp_path / "f"
+    data = os.urandom(20_000)
+    cached(p, data)
+    fds = open_fds_to(p)
+    f = await aionative.open(str(p), "rb")
+    aionative.close_engine()  # the next call makes a new one
+    assert await f.read() == data
+    aionative.close_engine()
+    await f.close()
+    assert f.closed and open_fds_to(p) == fds
+
+
 def test_a_lazy_file_opened_in_one_loop_reads_and_closes_in_another(
         backend: str, tmp_path: Path) -> None:
     p = tmp_path / "f"
