@@ -283,7 +283,7 @@ class ThreadsEngine:
                 del buf[n:]
                 return bytes(buf)
             return None
-        return False if self._spent and 0 < size <= INLINE_MAX else None
+        return False if self._budget_ns and self._spent and 0 < size <= INLINE_MAX else None
 
     def readinto(self, fd: int, buffer: Any, offset: int) -> int | asyncio.Future[int]:
         """``preadinto``, completed inline when the page cache holds the data."""

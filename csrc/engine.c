@@ -564,7 +564,7 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
         Py_DECREF(bytes);
         if (ok < 0)
             return NULL;
-        return Py_NewRef(ok == 0 && e->budget_spent ? Py_False : Py_None);
+        return Py_NewRef(ok == 0 && e->budget_ns && e->budget_spent ? Py_False : Py_None);
     }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {

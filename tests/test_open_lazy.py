@@ -300,3 +300,28 @@ def lazy_scenarios(draw: st.DrawFn) -> dict[str, Any]:
 def test_lazy_files_are_the_same_as_builtin_open(backend: str, loop: asyncio.AbstractEventLoop,
                                                  tmp_path: Path, sc: dict[str, Any]) -> None:
     loop.run_until_complete(run_scenario(tmp_path, sc))
+
+
+@pytest.mark.asyncio
+async def test_every_engines_read_inline(backend: str, tmp_path: Path) -> None:
+    """``read_inline``: the bytes when cached, False once the budget is spent (nothing
+    queued), None when the read cannot run inline (the fast path off)."""
+    p = tmp_path / "f"
+    data = os.urandom(5000)
+    cached(p, data)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        eng = aionative.get_engine()
+        before = eng.stats()
+        assert eng.read_inline(fd, len(data) + 1, 0) == data
+        assert eng.read_inline(fd, 100, 4950) == data[4950:]
+        aionative.set_inline_budget(0.001)
+        await asyncio.sleep(0)  # a new iteration, a new window
+        assert eng.read_inline(fd, 10, 0) == data[:10]  # the window's first call runs
+        assert eng.read_inline(fd, 10, 0) is False
+        aionative.set_inline_budget(0)
+        assert eng.read_inline(fd, 10, 0) is None
+        assert eng.stats()["submitted"] == before["submitted"]
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
