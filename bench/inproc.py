@@ -9,7 +9,13 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         ``async with aionative.open(p, "rb")`` + ``read()`` over 300 of W4's cached files in
         passes, N tasks sharing one iterator (the loop profiled with ``py-spy record -r 1000
         -f raw -o out.txt -- python -m bench.inproc w4-loop --budget-us 1e9``); prints µs a
-        file and how many operations went through the kernel queue.
+        file, how many operations went through the kernel queue, and how many inline calls
+        a spent budget deferred to a later turn.
+    python -m bench.inproc w4-steps
+        The same files, one task, the budget out of the way: µs a file of each step — the
+        engine's inline calls alone (``open_stat``, ``read_inline``, ``close_cached``), the
+        builtin's ``open``/``read``/``close``, and the file API's ``open()``, ``__aenter__``,
+        ``read()``, ``__aexit__`` — median of three passes of 20 rounds.
     python -m bench.inproc w1-inline [--n 64] [--loop asyncio|uvloop]
         W1's hot random 4 KiB reads by N tasks for 1 s, five times: CPU µs a read, reads/s
         and the share completed inline (the rest went through the kernel queue), median run.
@@ -27,10 +33,11 @@ import random
 import resource
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aionative
+from aionative import _kernelops
 from bench.common import DATA_DIR
 
 
@@ -71,16 +78,102 @@ async def w4_loop(seconds: float, budget_us: float | None, tasks: int) -> None:
             async with aionative.open(p, "rb") as f:
                 await f.read()
 
+    deferred = 0
+    after_a_turn = _kernelops.after_a_turn
+
+    async def counting(*args: object) -> object:
+        nonlocal deferred
+        deferred += 1
+        return await after_a_turn(*args)
+
+    _kernelops.after_a_turn = counting  # type: ignore[assignment]
     done, t0, c0 = 0, time.perf_counter(), _cpu()
     s0 = aionative.engine_stats()
-    while time.perf_counter() - t0 < seconds:
-        it = iter(files)
-        await asyncio.gather(*(worker(it) for _ in range(tasks)))
-        done += len(files)
+    try:
+        while time.perf_counter() - t0 < seconds:
+            it = iter(files)
+            await asyncio.gather(*(worker(it) for _ in range(tasks)))
+            done += len(files)
+    finally:
+        _kernelops.after_a_turn = after_a_turn
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
     queued = aionative.engine_stats()["submitted"] - s0["submitted"]
     print(f"{done} files, N={tasks}: {wall * 1e6 / done:.1f} µs wall, "
-          f"{cpu * 1e6 / done:.1f} µs CPU a file; {queued} operations through the kernel queue")
+          f"{cpu * 1e6 / done:.1f} µs CPU a file; {queued} operations through the kernel "
+          f"queue; {deferred / done:.2f} inline calls a file deferred to a later turn")
+
+
+def _median_steps(one_pass: Callable[[], list[float]], labels: list[str]) -> str:
+    passes = [one_pass() for _ in range(3)]
+    med = [sorted(p[i] for p in passes)[1] for i in range(len(labels))]
+    return "  ".join(f"{label} {t:.2f}" for label, t in zip(labels, med))
+
+
+async def w4_steps() -> None:
+    files = _w4_files()
+    aionative.set_inline_budget(1e9)
+    eng = aionative.get_engine()
+    bfiles = [os.fsencode(p) for p in files]
+    flags = os.O_RDONLY | os.O_CLOEXEC
+    clock = time.perf_counter_ns
+    rounds = 20
+
+    def engine_pass() -> list[float]:
+        t = [0, 0, 0]
+        for _ in range(rounds):
+            for p in bfiles:
+                a = clock()
+                fd, _mode, size, _blk = eng.open_stat(-100, p, flags)
+                b = clock()
+                eng.read_inline(fd, size + 1, 0)
+                c = clock()
+                eng.close_cached(fd)
+                t[0] += b - a
+                t[1] += c - b
+                t[2] += clock() - c
+        return [x / (rounds * len(files) * 1000) for x in t]
+
+    def builtin_pass() -> list[float]:
+        t = [0, 0, 0]
+        for _ in range(rounds):
+            for p in files:
+                a = clock()
+                f = open(p, "rb")  # noqa: SIM115 - the sync limit, timed step by step
+                b = clock()
+                f.read()
+                c = clock()
+                f.close()
+                t[0] += b - a
+                t[1] += c - b
+                t[2] += clock() - c
+        return [x / (rounds * len(files) * 1000) for x in t]
+
+    async def api_pass() -> list[float]:
+        t = [0, 0, 0, 0]
+        for _ in range(rounds):
+            for p in files:
+                a = clock()
+                cm = aionative.open(p, "rb")
+                b = clock()
+                f = await cm.__aenter__()
+                c = clock()
+                await f.read()
+                d = clock()
+                await cm.__aexit__(None, None, None)
+                t[0] += b - a
+                t[1] += c - b
+                t[2] += d - c
+                t[3] += clock() - d
+        return [x / (rounds * len(files) * 1000) for x in t]
+
+    print("µs a file, engine's inline calls:",
+          _median_steps(engine_pass, ["open_stat", "read_inline", "close_cached"]))
+    print("µs a file, builtin:", _median_steps(builtin_pass, ["open", "read", "close"]))
+    api = [await api_pass() for _ in range(3)]
+    med = [sorted(p[i] for p in api)[1] for i in range(4)]
+    print("µs a file, aionative.open:", "  ".join(
+        f"{label} {v:.2f}" for label, v in zip(["open()", "__aenter__", "read()", "__aexit__"],
+                                                med)))
 
 
 async def w1_inline(n: int) -> None:
@@ -118,7 +211,7 @@ async def w1_inline(n: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["gather-reads", "w4-loop", "w1-inline"])
+    ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -131,6 +224,8 @@ def main() -> None:
         coro = gather_reads(args.n or [1000, 10000])
     elif args.what == "w4-loop":
         coro = w4_loop(args.seconds, args.budget_us, (args.n or [1])[0])
+    elif args.what == "w4-steps":
+        coro = w4_steps()
     else:
         coro = w1_inline((args.n or [64])[0])
     if args.loop == "uvloop":
