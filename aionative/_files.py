@@ -1178,14 +1178,13 @@ class _BinaryBase(AsyncBase[bytes]):
         """A lazy ``read()`` that found the budget spent: read inline on a later turn (a
         kernel round trip costs more), the file locked meanwhile. The bytes, or None: the
         stack must read them."""
-        pos, want = lazy.pos, lazy.want()
+        want = lazy.want()
         self._busy = True
         try:
-            res = await _k.after_a_turn(lazy.engine(), "read_inline", lazy.fd, want, pos)
-            if type(res) is not bytes or len(res) == want:
-                return None
-            lazy.pos = pos + len(res)
-            if self._lazy is None:  # a call waiting for this one built the stack meanwhile
+            res = lazy.take(await _k.after_a_turn(lazy.engine(), "read_inline", lazy.fd, want,
+                                                  lazy.pos), want)
+            if res is not None and self._lazy is None:
+                # A call waiting for this one built the stack meanwhile, at the old position.
                 self._run(self._file.seek, lazy.pos)
             return res
         finally:
@@ -1372,8 +1371,12 @@ class _LazyReader:
             return None
         want = self.want()
         res = self.engine().read_inline(self.fd, want, self.pos)
-        if res is False:
-            return False
+        return res if res is False else self.take(res, want)
+
+    def take(self, res: Any, want: int) -> bytes | None:
+        """What ``read_inline(fd, want, pos)`` returned: the bytes to the end (the position
+        moves past them); None when nothing was read inline, or all of ``want`` was (the
+        file grew: the stack reads the rest)."""
         if type(res) is not bytes or len(res) == want:
             return None
         self.pos += len(res)  # short of `want`: within the size
