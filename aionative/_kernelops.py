@@ -13,9 +13,10 @@ import asyncio
 import errno
 import functools
 import os
+import types
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._engine import get_engine
@@ -108,15 +109,31 @@ class _Deferred:
 _deferred: weakref.WeakKeyDictionary[Any, _Deferred] = weakref.WeakKeyDictionary()
 
 
+@types.coroutine
+def _one_turn() -> Generator[None, None, None]:
+    """A bare yield: the task runs again on the loop's next iteration, after everything that
+    was ready (asyncio.sleep(0) without its frame)."""
+    yield
+
+
 async def after_a_turn(eng: Any, method: str, *args: Any) -> Any:
     """An inline call of ``eng`` that said False (this iteration's budget is spent): run it again
     on a later turn of the loop, which renews the budget — far cheaper than the queued
     operations it stands for. None if it can no longer run inline (the caller then queues it).
 
+    First once right after one turn (a bare yield: the cheapest way to let everything else
+    run), as a retry, which the engine admits past the renewed budget up to a grace
+    (``RETRY_GRACE`` budgets, csrc/inline.c): otherwise each task but the first to run on that
+    turn would be refused again. Refused even so, it waits in the queue of refused calls.
+
     A result that is an ``int`` is a descriptor (``open_cached``, ``read_file``): it is closed
     if the caller is cancelled after the call ran."""
     if isinstance(eng, ThreadsEngine):
         return None
+    await _one_turn()
+    res = getattr(eng, method)(*args, True)
+    if res is not False:
+        return res
     d = _deferred.get(eng)
     if d is None:
         d = _deferred[eng] = _Deferred(eng)

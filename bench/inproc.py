@@ -9,8 +9,9 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         ``async with aionative.open(p, "rb")`` + ``read()`` over 300 of W4's cached files in
         passes, N tasks sharing one iterator (the loop profiled with ``py-spy record -r 1000
         -f raw -o out.txt -- python -m bench.inproc w4-loop --budget-us 1e9``); prints µs a
-        file, how many operations went through the kernel queue, and how many inline calls
-        a spent budget deferred to a later turn.
+        file, how many operations went through the kernel queue, how many inline calls
+        a spent budget deferred to a later turn, and how many of those found the next turn's
+        budget spent past the retry's grace too (they wait in the queue of refused calls).
     python -m bench.inproc w4-steps
         The same files, one task, the budget out of the way: µs a file of each step — the
         engine's inline calls alone (``open_stat``, ``read_inline``, ``close_cached``), the
@@ -97,10 +98,13 @@ async def w4_loop(seconds: float, budget_us: float | None, tasks: int) -> None:
     finally:
         _kernelops.after_a_turn = after_a_turn
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
-    queued = aionative.engine_stats()["submitted"] - s0["submitted"]
+    s1 = aionative.engine_stats()
+    queued = s1["submitted"] - s0["submitted"]
+    waited = s1.get("retries_refused", 0) - s0.get("retries_refused", 0)
     print(f"{done} files, N={tasks}: {wall * 1e6 / done:.1f} µs wall, "
           f"{cpu * 1e6 / done:.1f} µs CPU a file; {queued} operations through the kernel "
-          f"queue; {deferred / done:.2f} inline calls a file deferred to a later turn")
+          f"queue; {deferred / done:.2f} inline calls a file deferred to a later turn, "
+          f"{waited / done:.2f} of them on to the queue of refused calls")
 
 
 def _median_steps(one_pass: Callable[[], list[float]], labels: list[str]) -> str:

@@ -534,9 +534,18 @@ enum { PREAD_QUEUE, PREAD_INLINE, PREAD_INLINE_ONLY };
 static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
                               const char *name, int fast)
 {
-    int fd;
+    int fd, retry = 0;
     int64_t off;
-    if (check_nargs(name, n, 3) < 0 || parse_fd(args[0], &fd) < 0)
+    if (fast != PREAD_INLINE_ONLY) {
+        if (check_nargs(name, n, 3) < 0)
+            return NULL;
+    } else if (n != 3 && n != 4) {  /* read_inline's optional `retry` */
+        PyErr_Format(PyExc_TypeError, "%s() takes 3 or 4 arguments (%zd given)", name, n);
+        return NULL;
+    } else if (n == 4 && (retry = PyObject_IsTrue(args[3])) < 0) {
+        return NULL;
+    }
+    if (parse_fd(args[0], &fd) < 0)
         return NULL;
     Py_ssize_t size = parse_size(args[1]);
     if ((size == -1 && PyErr_Occurred()) || parse_offset(args[2], &off) < 0)
@@ -554,7 +563,7 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
     if (!bytes)
         return NULL;
     uint64_t got = 0;
-    int ok = fast && size <= INLINE_MAX ? inline_allowed(e, fd) : 0;
+    int ok = fast && size <= INLINE_MAX ? inline_allowed(e, fd, retry) : 0;
     if (ok > 0 && inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)size, off, &got)) {
         if ((Py_ssize_t)got != size && _PyBytes_Resize(&bytes, (Py_ssize_t)got) < 0)
             return NULL;
@@ -620,7 +629,7 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
         return inline_empty_readinto(e, fd, off) < 0 ? NULL : PyLong_FromLong(0);
     }
     uint64_t got = 0;
-    int ok = fast && view.len <= INLINE_MAX ? inline_allowed(e, fd) : 0;
+    int ok = fast && view.len <= INLINE_MAX ? inline_allowed(e, fd, 0) : 0;
     if (ok > 0 && inline_read(e, fd, view.buf, (uint64_t)view.len, off, &got)) {
         PyBuffer_Release(&view);
         return PyLong_FromUnsignedLongLong(got);
@@ -851,37 +860,40 @@ static PyObject *Engine_close_fd(engine_t *e, PyObject *arg)
     return engine_start(e, idx);
 }
 
-/* read_file(dirfd, path: bytes) -> bytes | int | False | None (see inline_read_file) */
+/* read_file(dirfd, path: bytes[, retry]) -> bytes | int | False | None (see inline_read_file) */
 static PyObject *Engine_read_file(engine_t *e, PyObject *args)
 {
-    int dirfd;
+    int dirfd, retry = 0;
     const char *path;
     Py_ssize_t len;
-    if (!PyArg_ParseTuple(args, "iy#:read_file", &dirfd, &path, &len) || !engine_usable(e))
+    if (!PyArg_ParseTuple(args, "iy#|p:read_file", &dirfd, &path, &len, &retry) ||
+        !engine_usable(e))
         return NULL;
     if ((size_t)len != strlen(path))
         Py_RETURN_NONE;  /* an embedded NUL: the queue's openat raises what os.open does */
-    return inline_read_file(e, dirfd, path);
+    return inline_read_file(e, dirfd, path, retry);
 }
 
-/* open_cached(dirfd, path: bytes, flags) -> int | False | None (see inline_open), and
- * open_stat(dirfd, path: bytes, flags) -> tuple | None (see inline_open_stat) */
+/* open_cached(dirfd, path: bytes, flags[, retry]) -> int | False | None (see inline_open),
+ * and open_stat(dirfd, path: bytes, flags) -> tuple | None (see inline_open_stat) */
 static PyObject *engine_open_inline(engine_t *e, PyObject *args, const char *format,
-                                    PyObject *(*open_fn)(engine_t *, int, const char *, int))
+                                    PyObject *(*open_fn)(engine_t *, int, const char *, int,
+                                                         int))
 {
-    int dirfd, flags;
+    int dirfd, flags, retry = 0;
     const char *path;
     Py_ssize_t len;
-    if (!PyArg_ParseTuple(args, format, &dirfd, &path, &len, &flags) || !engine_usable(e))
+    if (!PyArg_ParseTuple(args, format, &dirfd, &path, &len, &flags, &retry) ||
+        !engine_usable(e))
         return NULL;
     if ((size_t)len != strlen(path))
         Py_RETURN_NONE;  /* an embedded NUL: the queue's openat raises what os.open does */
-    return open_fn(e, dirfd, path, flags);
+    return open_fn(e, dirfd, path, flags, retry);
 }
 
 static PyObject *Engine_open_cached(engine_t *e, PyObject *args)
 {
-    return engine_open_inline(e, args, "iy#i:open_cached", inline_open);
+    return engine_open_inline(e, args, "iy#i|p:open_cached", inline_open);
 }
 
 static PyObject *Engine_open_stat(engine_t *e, PyObject *args)
@@ -1334,7 +1346,8 @@ static const struct { const char *name; size_t off; } stat_fields[] = {
     STAT(submitted), STAT(completed), STAT(batches), STAT(syscalls), STAT(wakeups),
     STAT(queued), STAT(retries), STAT(splits), STAT(nowait_eagain), STAT(direct_reissues),
     STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(cq_overflow),
-    STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted),
+    STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted), STAT(inline_retries),
+    STAT(retries_refused),
 };
 
 static int dict_set_ull(PyObject *d, const char *k, unsigned long long v)
@@ -1434,10 +1447,10 @@ static PyMethodDef Engine_methods[] = {
      "read(fd, size, offset) -> bytes | Future[bytes]: pread, completed inline (the bytes "
      "themselves) when the page cache holds the data and the iteration's budget allows"},
     {"read_inline", (PyCFunction)(void (*)(void))Engine_read_inline, METH_FASTCALL,
-     "read_inline(fd, size, offset) -> bytes | False | None: read's inline part alone: the "
-     "bytes when the page cache holds them all, False when the iteration's budget is spent "
-     "(yield, then try again), None when the read must go to the kernel queue (nothing "
-     "submitted)"},
+     "read_inline(fd, size, offset, retry=False) -> bytes | False | None: read's inline part "
+     "alone: the bytes when the page cache holds them all, False when the iteration's budget "
+     "is spent (yield, then try again with retry=True: allowed past the budget, up to a "
+     "grace), None when the read must go to the kernel queue (nothing submitted)"},
     {"readinto", (PyCFunction)(void (*)(void))Engine_readinto, METH_FASTCALL,
      "readinto(fd, buffer, offset) -> int | Future[int]: preadinto, completed inline when it "
      "can be (see read)"},
@@ -1449,12 +1462,14 @@ static PyMethodDef Engine_methods[] = {
      "openat(dirfd, path: bytes, flags, mode, filename) -> Future[int]"},
     {"close_fd", (PyCFunction)Engine_close_fd, METH_O, "close_fd(fd) -> Future[None]"},
     {"read_file", (PyCFunction)Engine_read_file, METH_VARARGS,
-     "read_file(dirfd, path: bytes) -> bytes | int | False | None: a whole small file read "
+     "read_file(dirfd, path: bytes, retry=False) -> bytes | int | False | None: a whole "
+     "small file read "
      "inline when the dentry and page caches hold it (bytes); else a descriptor opened inline "
      "for the caller to read and close (int), False when the iteration's budget is spent "
      "(yield, then try again), or None (nothing opened)"},
     {"open_cached", (PyCFunction)Engine_open_cached, METH_VARARGS,
-     "open_cached(dirfd, path: bytes, flags) -> int | False | None: open(2) inline when the "
+     "open_cached(dirfd, path: bytes, flags, retry=False) -> int | False | None: open(2) "
+     "inline when the "
      "dentry cache holds every component of the path (int: the descriptor), False when the "
      "iteration's budget is spent (yield, then try again), None to use the kernel queue "
      "(not cached, an error, or O_CREAT/O_TRUNC/O_TMPFILE)"},

@@ -25,6 +25,9 @@
 
 /* Default wall time inline completions may take per loop iteration (see engine_t). */
 #define DEFAULT_BUDGET_NS 150000u
+/* A call the budget refused, retried after one turn of the loop, may still run inline while the
+ * iteration's inline work is under this many budgets (see inline_budget_ok). */
+#define RETRY_GRACE 4u
 /* Larger reads always go to the kernel queue: one inline copy must stay well within a budget
  * (1 MiB from the page cache takes ~0.1 ms here). */
 #define INLINE_MAX (1u << 20)
@@ -110,6 +113,8 @@ typedef struct stats {
     uint64_t inline_hits;     /* reads completed inline from the page cache (RWF_NOWAIT) */
     uint64_t inline_misses;   /* inline attempts that went to the kernel queue after all */
     uint64_t budget_exhausted; /* loop iterations whose inline budget ran out */
+    uint64_t inline_retries;  /* inline calls retried after a refusal and a turn of the loop */
+    uint64_t retries_refused; /* of those, the ones past the grace too (they wait in a queue) */
 } stats_t;
 
 struct engine;
@@ -239,24 +244,24 @@ PyObject *engine_counters(PyObject *m, PyObject *unused);
 int engine_schedule_flush(engine_t *e);
 
 /* inline.c: the inline fast path and its cooperative budget */
-int inline_budget_ok(engine_t *e);
-int inline_allowed(engine_t *e, int fd);
+int inline_budget_ok(engine_t *e, int retry);
+int inline_allowed(engine_t *e, int fd, int retry);
 int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint64_t *got);
 int inline_empty_read(engine_t *e, int fd, int64_t off);
 int inline_empty_readinto(engine_t *e, int fd, int64_t off);
 /* A whole small regular file, read inline: bytes (the descriptor is closed), an int (a
  * descriptor opened here that the caller reads and closes), False (this iteration's budget
  * is spent: yield, then try again) or None (nothing opened: use the kernel queue). */
-PyObject *inline_read_file(engine_t *e, int dirfd, const char *path);
+PyObject *inline_read_file(engine_t *e, int dirfd, const char *path, int retry);
 /* open(2) of `path` inline when the dentry cache holds it: the descriptor (int), False (budget
  * spent: yield, then try again) or None (use the kernel queue: not cached, an error, or a
  * flag that may write: O_CREAT, O_TRUNC, O_TMPFILE). Opened the way io_uring's openat opens:
  * O_NONBLOCK first, cleared afterwards unless `flags` has it. */
-PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags);
+PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags, int retry);
 /* inline_open, then fstat(2) of what it opened: (fd, st_mode, st_size, st_blksize), or None
  * (use the kernel queue). Not bounded by the budget (never False): an open that cannot wait
  * costs less than deferring it, and the read that follows is bounded. */
-PyObject *inline_open_stat(engine_t *e, int dirfd, const char *path, int flags);
+PyObject *inline_open_stat(engine_t *e, int dirfd, const char *path, int flags, int unused);
 /* close(2) inline of a descriptor whose close cannot wait: a regular file, still linked,
  * opened read-only, on a local filesystem (no ->flush); whenever the fast path is on, even
  * with the budget spent. 1 closed, 0 not (use the queue), -1 error (the descriptor is

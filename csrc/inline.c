@@ -24,10 +24,21 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* 1 if this loop iteration's budget still allows inline work, 0 if not, -1 on error. */
-int inline_budget_ok(engine_t *e)
+/* 1 if this loop iteration's budget still allows inline work, 0 if not, -1 on error.
+ *
+ * `retry`: the caller was refused on an earlier iteration and has let the loop turn once
+ * since (a bare yield: everything that was ready has run). It may still go inline while the
+ * iteration's inline work is under RETRY_GRACE budgets; past that it waits in the queue of
+ * refused calls like any other. Without this, every task but the first to run in an iteration
+ * would be refused again, each of its calls deferred through a future: a bounded grace lets
+ * each of them do its one call. */
+int inline_budget_ok(engine_t *e, int retry)
 {
-    if (!e->budget_ns || e->budget_spent)
+    if (!e->budget_ns)
+        return 0;
+    if (retry)
+        e->st.inline_retries++;
+    else if (e->budget_spent)
         return 0;
     uint64_t now = mono_ns();
     if (!e->window_start) {
@@ -37,9 +48,16 @@ int inline_budget_ok(engine_t *e)
             return -1;
         e->window_start = now;
     } else if (now - e->window_start >= e->budget_ns) {
-        e->budget_spent = 1;
-        e->st.budget_exhausted++;
-        return 0;
+        if (!e->budget_spent) {
+            e->budget_spent = 1;
+            e->st.budget_exhausted++;
+        }
+        if (!retry)
+            return 0;
+        if (now - e->window_start >= RETRY_GRACE * e->budget_ns) {
+            e->st.retries_refused++;
+            return 0;
+        }
     }
     return 1;
 }
@@ -48,9 +66,9 @@ int inline_budget_ok(engine_t *e)
  * Not once the budget is spent, and not on an O_DIRECT descriptor: RWF_NOWAIT keeps a
  * buffered read off the disk, but a direct read still waits for it. A descriptor whose flags
  * cannot be read goes to the kernel queue, which reports its error as before. */
-int inline_allowed(engine_t *e, int fd)
+int inline_allowed(engine_t *e, int fd, int retry)
 {
-    int ok = inline_budget_ok(e);
+    int ok = inline_budget_ok(e, retry);
     if (ok <= 0)
         return ok;
     e->st.syscalls++;
@@ -167,12 +185,13 @@ static int cached_open(engine_t *e, int dirfd, const char *path, int flags)
     return fd;
 }
 
+/* budgeted: 0 not bounded by the budget, 1 bounded, 2 bounded, a retry (inline_budget_ok) */
 static PyObject *open_inline(engine_t *e, int dirfd, const char *path, int flags, int budgeted)
 {
     /* The kernel refuses RESOLVE_CACHED for these (they may write): the queue opens them. */
     if (!e->budget_ns || flags & (O_CREAT | O_TRUNC) || (flags & O_TMPFILE) == O_TMPFILE)
         Py_RETURN_NONE;
-    int ok = budgeted ? inline_budget_ok(e) : 1;
+    int ok = budgeted ? inline_budget_ok(e, budgeted == 2) : 1;
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_False);
     int fd = cached_open(e, dirfd, path, flags);
@@ -182,13 +201,14 @@ static PyObject *open_inline(engine_t *e, int dirfd, const char *path, int flags
     return handoff(e, fd, flags & O_NONBLOCK);
 }
 
-PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags)
+PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags, int retry)
 {
-    return open_inline(e, dirfd, path, flags, 1);
+    return open_inline(e, dirfd, path, flags, retry ? 2 : 1);
 }
 
-PyObject *inline_open_stat(engine_t *e, int dirfd, const char *path, int flags)
+PyObject *inline_open_stat(engine_t *e, int dirfd, const char *path, int flags, int unused)
 {
+    (void)unused;
     /* Not bounded by the budget, as a close that cannot wait is not: two system calls that
      * cannot wait cost less than deferring them, and the read that follows is bounded. */
     PyObject *got = open_inline(e, dirfd, path, flags, 0);
@@ -233,11 +253,11 @@ int inline_close(engine_t *e, int fd)
     return 1;
 }
 
-PyObject *inline_read_file(engine_t *e, int dirfd, const char *path)
+PyObject *inline_read_file(engine_t *e, int dirfd, const char *path, int retry)
 {
     if (!e->budget_ns)
         Py_RETURN_NONE;
-    int ok = inline_budget_ok(e);
+    int ok = inline_budget_ok(e, retry);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_False);
     int fd = cached_open(e, dirfd, path, O_RDONLY | O_NOCTTY);

@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-from collections.abc import Callable, Iterator, Mapping
+import time
+import types
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 import aionative
-from aionative import _backend
+from aionative import _backend, _kernelops
 
 try:
     import uvloop
@@ -83,6 +85,26 @@ def ring_only() -> Iterator[None]:
         yield
     finally:
         aionative.set_inline_budget(None)
+
+
+@pytest.fixture
+def retries_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call the spent budget refused waits its turn (``_kernelops.after_a_turn``'s bare
+    yield), then finds the new iteration's budget spent past the retry's grace as well: it
+    goes on to the queue of refused calls. For tests of that queue, which a retry admitted
+    after one turn would otherwise bypass."""
+    turn = _kernelops._one_turn
+
+    @types.coroutine
+    def turn_then_spend() -> Generator[None, None, None]:
+        yield from turn()
+        eng = aionative.get_engine()
+        fd = eng.open_cached(_kernelops.AT_FDCWD, b"/", os.O_RDONLY)  # opens the window
+        if isinstance(fd, int):
+            os.close(fd)
+        time.sleep(0.001)  # past RETRY_GRACE budgets of any budget these tests set
+
+    monkeypatch.setattr(_kernelops, "_one_turn", turn_then_spend)
 
 
 @pytest.fixture

@@ -575,9 +575,10 @@ class _CountingEngine:
 @pytest.mark.asyncio
 async def test_opens_a_spent_budget_refused_are_tried_about_once_each(
         native_backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Refused opens wait in one queue, oldest first, run by one callback a turn: 200 opens
-    issued at once are attempted a few times each in all — not once per waiting open per turn
-    (each caller retrying every turn made ten attempts an open at 24 concurrent opens)."""
+    """A refused open is retried once after a turn; refused again (past the grace), it waits
+    in one queue, oldest first, run by one callback a turn: 200 opens issued at once are
+    attempted a few times each in all — not once per waiting open per turn (each caller
+    retrying every turn made ten attempts an open at 24 concurrent opens)."""
     counting = _CountingEngine(_core_engine())
     monkeypatch.setattr(_k, "get_engine", lambda: counting)
     path = tmp_path / "f"
@@ -592,14 +593,18 @@ async def test_opens_a_spent_budget_refused_are_tried_about_once_each(
         assert len(set(fds)) == n
         assert delta(before, "budget_exhausted") > 10   # many turns were needed
         assert delta(before, "submitted") == 0          # none went to the kernel queue
-        assert counting.attempts <= 3 * n, counting.attempts
+        assert delta(before, "inline_retries") <= n     # one retry an open at most
+        assert delta(before, "retries_refused") > 0     # a 2 µs budget: 8 µs of grace
+        # the first call, the retry, the queue's call, and one refused call a turn
+        assert counting.attempts <= 4 * n, counting.attempts
     finally:
         aionative.set_inline_budget(None)
 
 
 @pytest.mark.asyncio
 async def test_a_caller_cancelled_after_its_refused_open_ran_leaks_nothing(
-        native_backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        native_backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        retries_refused: None) -> None:
     """The queue's callback opens the file for a waiting caller; if that caller is cancelled
     before it resumes, the descriptor is closed, not leaked."""
     path = tmp_path / "f"
@@ -635,6 +640,100 @@ async def test_a_caller_cancelled_after_its_refused_open_ran_leaks_nothing(
         assert _fds() == fds
     finally:
         aionative.set_inline_budget(None)
+
+
+@pytest.mark.asyncio
+async def test_a_retry_runs_past_the_spent_budget_until_the_grace(native_backend: str,
+                                                                  tmp_path: Path) -> None:
+    """``retry=True`` (a caller refused on an earlier iteration that has let the loop turn) is
+    admitted past the spent budget while the iteration's inline work is under RETRY_GRACE (4)
+    budgets, then refused as well; a call without it stays refused. A 20 ms budget, so that
+    the sleeps land well inside each span on a busy machine."""
+    fd, data = hot_file(tmp_path / "f", 4096)
+    aionative.set_inline_budget(20_000)
+    try:
+        eng = _core_engine()
+        bpath = os.fsencode(tmp_path / "f")
+        await asyncio.sleep(0)
+        before = eng.stats()
+        assert eng.read_inline(fd, 100, 0) == data[:100]  # opens the window
+        time.sleep(0.03)  # noqa: ASYNC251 - 1.5 budgets: spent, within the grace
+        assert eng.read_inline(fd, 100, 0) is False
+        assert eng.read_inline(fd, 100, 0, True) == data[:100]
+        assert eng.read_inline(fd, 100, 0) is False  # still spent for everyone else
+        got = eng.open_cached(AT_FDCWD, bpath, os.O_RDONLY, True)
+        assert isinstance(got, int)
+        os.close(got)
+        assert eng.open_cached(AT_FDCWD, bpath, os.O_RDONLY, False) is False
+        got = eng.read_file(AT_FDCWD, bpath, True)
+        assert got == data
+        assert delta(before, "inline_retries") == 3
+        assert delta(before, "retries_refused") == 0
+        time.sleep(0.06)  # noqa: ASYNC251 - 4.5 budgets: past the grace
+        assert eng.read_inline(fd, 100, 0, True) is False
+        assert eng.open_cached(AT_FDCWD, bpath, os.O_RDONLY, True) is False
+        assert eng.read_file(AT_FDCWD, bpath, True) is False
+        assert delta(before, "inline_retries") == 6
+        assert delta(before, "retries_refused") == 3
+        assert delta(before, "submitted") == 0
+        await asyncio.sleep(0)  # a new iteration: the budget is back for everyone
+        assert eng.read_inline(fd, 100, 0) == data[:100]
+        with pytest.raises(TypeError, match=r"read_inline\(\) takes 3 or 4 arguments"):
+            eng.read_inline(fd, 100, 0, True, 1)
+        with pytest.raises(TypeError):
+            eng.read_inline(fd, 100)
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_retries_stop_at_the_grace(native_backend: str, tmp_path: Path) -> None:
+    """The grace bounds what retries add to an iteration: with a 1 ns budget (4 ns of grace),
+    of 200 callers refused together only the first retry of the next iteration runs inline;
+    the others wait in the queue, which runs one a turn. Everyone gets the right bytes and
+    nothing reaches the kernel queue."""
+    fd, data = hot_file(tmp_path / "f", 4096)
+    aionative.set_inline_budget(0.001)
+    try:
+        eng = _core_engine()
+
+        async def refused(i: int) -> Any:
+            return await _k.after_a_turn(eng, "read_inline", fd, 100, i)
+
+        await asyncio.sleep(0)
+        before = eng.stats()
+        n = 200
+        got = await asyncio.gather(*[refused(i) for i in range(n)])
+        assert got == [data[i:i + 100] for i in range(n)]
+        assert delta(before, "inline_retries") == n
+        assert delta(before, "retries_refused") >= n - 10
+        assert delta(before, "submitted") == 0
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_a_caller_cancelled_while_it_waits_its_turn_opens_nothing(
+        native_backend: str, tmp_path: Path) -> None:
+    """Cancelled during the turn it lets the loop take (before its retry): nothing ran for
+    it, so nothing is open."""
+    path = tmp_path / "f"
+    hot_file(path, 10)
+    eng = _core_engine()
+    fds = _fds()
+    await asyncio.sleep(0)
+    before = eng.stats()
+    task = asyncio.ensure_future(_k.after_a_turn(eng, "open_cached", AT_FDCWD,
+                                                 os.fsencode(path), os.O_RDONLY))
+    await asyncio.sleep(0)  # the task has started and yielded its turn
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert delta(before, "inline_retries") == 0
+    assert _fds() == fds
 
 
 @pytest.mark.asyncio

@@ -132,11 +132,15 @@ async def test_a_lazy_file_left_open_warns_and_closes_its_descriptor(
     assert open_fds_to(p) == fds
 
 
-@pytest.fixture
-def refused(native_backend: str, tiny_budget: None,
-            tmp_path: Path) -> Iterator[tuple[Path, bytes, int]]:
+@pytest.fixture(params=["retry", "queue"])
+def refused(native_backend: str, tiny_budget: None, tmp_path: Path,
+            request: pytest.FixtureRequest) -> Iterator[tuple[Path, bytes, int]]:
     """A cached file to open lazily, its contents, and a descriptor of another cached file
-    whose inline read spends an iteration's budget (see spend_then_read)."""
+    whose inline read spends an iteration's budget (see spend_then_read). The refused read
+    is retried after one turn (``retry``), or finds the budget spent past the retry's grace
+    too and waits in the queue of refused calls (``queue``)."""
+    if request.param == "queue":
+        request.getfixturevalue("retries_refused")
     p, q = tmp_path / "f", tmp_path / "other"
     data = os.urandom(50_000)
     cached(p, data)
@@ -156,7 +160,7 @@ async def spend_then_read(eng: Any, fd: int, f: Any) -> bytes:
 
 @pytest.mark.asyncio
 async def test_a_read_the_budget_refused_waits_a_turn_with_the_file_locked(
-        refused: tuple[Path, bytes, int]) -> None:
+        refused: tuple[Path, bytes, int], request: pytest.FixtureRequest) -> None:
     p, data, fd = refused
     eng = aionative.get_engine()
     f = await aionative.open(str(p), "rb")
@@ -172,6 +176,9 @@ async def test_a_read_the_budget_refused_waits_a_turn_with_the_file_locked(
     after = eng.stats()
     assert after["budget_exhausted"] > before["budget_exhausted"]
     assert after["submitted"] == before["submitted"]  # a later turn, not the kernel queue
+    assert after["inline_retries"] == before["inline_retries"] + 1
+    queued = after["retries_refused"] - before["retries_refused"]
+    assert queued == (1 if request.node.callspec.params["refused"] == "queue" else 0)
 
 
 @pytest.mark.asyncio
