@@ -17,6 +17,7 @@ import fcntl
 import io
 import os
 import stat
+import sys
 from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Executor
 from operator import index
@@ -139,7 +140,8 @@ class AiofilesContextManager(Generic[F]):
         self._coro = None
 
     def __del__(self) -> None:
-        self.close()
+        if self._coro is not None:
+            self.close()
 
 
 async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
@@ -185,29 +187,83 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
 
 
 _RB_FLAGS = os.O_RDONLY | os.O_CLOEXEC  # what io.open computes for "rb"
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
-async def _open_rb(file: str | os.PathLike[str] | os.PathLike[bytes], loop: asyncio.AbstractEventLoop | None,
-                   executor: Executor | None) -> AsyncBase[Any]:
-    """``open(path, "rb")`` with every other argument at its default: a regular file whose
-    path the dentry cache holds is opened and ``fstat``-ed in one inline call (``open_stat``:
-    two system calls that cannot wait, cheaper than deferring them, so not bounded by the
-    budget; the read that follows is) and starts lazy (see ``_files._LazyReader``); anything
-    else takes ``open_file``'s way."""
+class _RbOpen(AiofilesContextManager[Any]):
+    """What ``open(path, "rb")`` with every other argument at its default returns: an
+    :class:`AiofilesContextManager` that opens the file on ``await`` / ``async with`` by
+    calling the engine directly (``_open_rb``), with no coroutine of its own unless the file
+    needs ``open_file``'s way."""
+
+    __slots__ = ("_args",)
+
+    def __init__(self, file: str | os.PathLike[str] | os.PathLike[bytes],
+                 loop: asyncio.AbstractEventLoop | None, executor: Executor | None) -> None:
+        self._coro = None
+        self._obj = None
+        self._args: tuple[Any, Any, Any] | None = (file, loop, executor)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if self._obj is None:
+            args = self._args
+            if args is None:
+                raise RuntimeError("cannot reuse already awaited coroutine")
+            self._args = None
+            obj = _open_rb(*args)
+            if not isinstance(obj, AsyncBase):
+                obj = yield from _open_rb_rest(obj, *args).__await__()
+            self._obj = obj
+        return self._obj
+
+    async def __aenter__(self) -> Any:
+        obj = self._obj  # what ``await self`` does, without its generator
+        if obj is None:
+            args = self._args
+            if args is None:
+                raise RuntimeError("cannot reuse already awaited coroutine")
+            self._args = None
+            obj = _open_rb(*args)
+            if not isinstance(obj, AsyncBase):
+                obj = await _open_rb_rest(obj, *args)
+            self._obj = obj
+        return obj
+
+    def close(self) -> None:
+        self._args = None
+
+
+def _open_rb(file: str | os.PathLike[str] | os.PathLike[bytes],
+             loop: asyncio.AbstractEventLoop | None,
+             executor: Executor | None) -> AsyncBase[Any] | tuple[int, str] | None:
+    """A regular file whose path the dentry cache holds is opened and ``fstat``-ed in one
+    inline call (``open_stat``: two system calls that cannot wait, cheaper than deferring them,
+    so not bounded by the budget; the read that follows is) and starts lazy (see
+    ``_files._LazyReader``). Anything else is for ``_open_rb_rest``: ``(fd, path)``, a
+    directory, FIFO or device opened here (with O_NONBLOCK, as io_uring opens), or None."""
     path = file if type(file) is str else os.fspath(file)
     eng = get_engine()
     if type(path) is str and not isinstance(eng, ThreadsEngine) and "\0" not in path:
-        bpath = os.fsencode(path)
-        res = eng.open_stat(_k.AT_FDCWD, bpath, _RB_FLAGS)  # not bounded by the budget
+        res = eng.open_stat(_k.AT_FDCWD, path.encode(_FS_ENCODING, _FS_ERRORS), _RB_FLAGS)
         if isinstance(res, tuple):
             fd, st_mode, size, blksize = res
             if stat.S_ISREG(st_mode):
                 return AsyncBufferedReader._open_lazy(
                     eng, fd, path, size, blksize if blksize > 1 else io.DEFAULT_BUFFER_SIZE,
                     loop, executor)
-            # A directory, FIFO or device, opened with O_NONBLOCK as io_uring opens.
-            return await _wrap(fd, path, True, "rb", -1, None, None, None, True, loop,
-                               executor, False, True)
+            return fd, path
+    return None
+
+
+async def _open_rb_rest(got: tuple[int, str] | None,
+                        file: str | os.PathLike[str] | os.PathLike[bytes],
+                        loop: asyncio.AbstractEventLoop | None,
+                        executor: Executor | None) -> AsyncBase[Any]:
+    """``_open_rb``'s other outcomes: the file object over a non-regular file it opened, or
+    ``open_file``'s way."""
+    if got is not None:
+        return await _wrap(got[0], got[1], True, "rb", -1, None, None, None, True, loop,
+                           executor, False, True)
     return await open_file(file, "rb", loop=loop, executor=executor)
 
 
@@ -423,7 +479,7 @@ def open(file: FileArg, mode: str = "r", buffering: int = -1, encoding: str | No
             and type(buffering) is int and buffering == -1
             and encoding is None and errors is None and newline is None and closefd is True
             and opener is None and not direct):
-        return AiofilesContextManager(_open_rb(file, loop, executor))
+        return _RbOpen(file, loop, executor)
     return AiofilesContextManager(open_file(file, mode, buffering, encoding, errors, newline,
                                             closefd, opener, loop=loop, executor=executor,
                                             direct=direct))

@@ -255,6 +255,38 @@ async def test_not_regular_files_and_errors_are_the_builtins(backend: str,
         assert await f.read() == expected
 
 
+@pytest.mark.parametrize("mode", ["rb", "r"])  # "r": the coroutine-backed manager
+@pytest.mark.asyncio
+async def test_what_open_returns_is_awaited_once_and_reused(backend: str, tmp_path: Path,
+                                                            mode: str) -> None:
+    """An ``rb`` open returns a manager that calls the engine itself (no coroutine of its
+    own); it behaves as every other mode's: awaiting it again or entering it returns the same
+    file, a failed open cannot be awaited again, and one never awaited opens nothing."""
+    p = tmp_path / "f"
+    cached(p, b"abc")
+    fds = open_fds_to(p)
+    cm = aionative.open(str(p), mode)
+    assert isinstance(cm, aionative.AiofilesContextManager)
+    f1 = await cm
+    assert await cm is f1
+    async with cm as f2:
+        assert f2 is f1
+        assert await f1.read() in (b"abc", "abc")
+    assert f1.closed and open_fds_to(p) == fds
+    missing = aionative.open(str(tmp_path / "missing"), mode)
+    with pytest.raises(FileNotFoundError):
+        await missing
+    with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+        await missing
+    with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+        async with missing:
+            pass
+    never = aionative.open(str(p), mode)
+    del never  # no "never awaited" warning (warnings are errors here), nothing opened
+    gc.collect()
+    assert open_fds_to(p) == fds
+
+
 @pytest.mark.asyncio
 async def test_a_lazy_file_outlives_its_engine(backend: str, tmp_path: Path) -> None:
     p = tmp_path / "f"
