@@ -49,16 +49,26 @@ class System:
     ``aionative-<backend>-<loop>``, ``aionative.<helper>-<backend>-<loop>`` (an aionative API
     other than the workload's main one, e.g. ``aionative.read_bytes-io_uring-asyncio`` in W4),
     a peer with backends (``caio-<backend>-<loop>``) or fio (``fio-<engine>``: no event loop,
-    the engine as ``backend``); ``kind`` is the first part."""
+    the engine as ``backend``); ``kind`` is the first part. Any of them may end in
+    ``@<n>cpu``: its worker process runs pinned to the first ``n`` CPUs it may use
+    (``cpus``), e.g. ``aiofiles-asyncio@1cpu``, whose thread pool is 3–4× faster on one CPU
+    than spread over two (docs/benchmarks.md, "aiofiles' two speeds")."""
 
     name: str
     kind: str
     loop: str | None = None
     backend: str | None = None
+    cpus: int | None = None
 
 
 def parse_system(name: str) -> System:
     """Split a system name into its parts; raise ValueError for a malformed one."""
+    base, at, pin = name.partition("@")
+    if at:
+        m = re.fullmatch(r"([1-9][0-9]*)cpu", pin)
+        if m is None:
+            raise ValueError(f"malformed system name {name!r}: expected <system>@<n>cpu")
+        return replace(parse_system(base), name=name, cpus=int(m.group(1)))
     parts = name.split("-")
     if len(parts) == 1 and (name == "sync" or name.startswith("sync.")):
         return System(name, name)

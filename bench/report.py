@@ -21,7 +21,7 @@ from bench.meter import MIN_PASSES
 Cell = JSONDict
 Fmt = Callable[[Cell, int], str]
 DASH = "—"
-RATIO_BASES = ("sync", "aiofiles-asyncio", "fio-io_uring")
+RATIO_BASES = ("sync", "aiofiles-asyncio", "aiofiles-asyncio@1cpu", "fio-io_uring")
 INFO_COMMON = {"kernel", "available", "requested", "requested_by", "active", "rejected"}
 
 

@@ -98,6 +98,8 @@ def cell(args: argparse.Namespace) -> JSONDict:
     """Run one measurement cell of a workload."""
     workload = load_workload(args.workload)
     system = parse_system(args.system)
+    if system.cpus:  # before the system starts any thread: they inherit the mask
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:system.cpus])
     timing = Timing(args.warmup, args.duration)
     result = workload.run_cell(system, args.readers, json.loads(args.params), timing)
     return {"workload": workload.name, "system": system.name, "readers": args.readers,
