@@ -204,13 +204,17 @@ class _RbOpen(AiofilesContextManager[Any]):
         self._obj = None
         self._args: tuple[Any, Any, Any] | None = (file, loop, executor)
 
+    def _open(self) -> tuple[Any, tuple[Any, Any, Any]]:
+        """The first (and only) open: ``_open_rb``'s outcome, and the arguments."""
+        args = self._args
+        if args is None:
+            raise RuntimeError("cannot reuse already awaited coroutine")
+        self._args = None
+        return _open_rb(*args), args
+
     def __await__(self) -> Generator[Any, None, Any]:
         if self._obj is None:
-            args = self._args
-            if args is None:
-                raise RuntimeError("cannot reuse already awaited coroutine")
-            self._args = None
-            obj = _open_rb(*args)
+            obj, args = self._open()
             if not isinstance(obj, AsyncBase):
                 obj = yield from _open_rb_rest(obj, *args).__await__()
             self._obj = obj
@@ -219,11 +223,7 @@ class _RbOpen(AiofilesContextManager[Any]):
     async def __aenter__(self) -> Any:
         obj = self._obj  # what ``await self`` does, without its generator
         if obj is None:
-            args = self._args
-            if args is None:
-                raise RuntimeError("cannot reuse already awaited coroutine")
-            self._args = None
-            obj = _open_rb(*args)
+            obj, args = self._open()
             if not isinstance(obj, AsyncBase):
                 obj = await _open_rb_rest(obj, *args)
             self._obj = obj

@@ -20,6 +20,10 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
     python -m bench.inproc w1-inline [--n 64] [--loop asyncio|uvloop]
         W1's hot random 4 KiB reads by N tasks for 1 s, five times: CPU µs a read, reads/s
         and the share completed inline (the rest went through the kernel queue), median run.
+    python -m bench.inproc w6-turns [--n 64]
+        W1's reads by N tasks and W6's 1 ms ticker on the asyncio loop for 1 s: the loop
+        iterations' durations (``_run_once`` timed), the callbacks each starts with, and the
+        ticker's lateness.
 
 Needs ``make bench`` (or ``python -m bench --workloads W1 W4``) to have created the data in
 ``bench/.data``.
@@ -212,10 +216,69 @@ async def w1_inline(n: int) -> None:
     print(f"N={n}: {cpu:.2f} µs CPU a read, {rate / 1e3:.1f}k reads/s, {share:.0%} inline")
 
 
+async def w6_turns(n: int) -> None:
+    """W1's hot reads by N tasks with a 1 ms ticker alongside, for 1 s: how long the loop's
+    iterations take (asyncio: ``_run_once`` timed; uvloop has no such hook), how many
+    callbacks each starts with, and the ticker's lateness."""
+    paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
+    if not paths:
+        raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
+    fd = os.open(paths[0], os.O_RDONLY)
+    span = 64 << 20
+    for off in range(0, span, 1 << 20):
+        os.pread(fd, 1 << 20, off)
+    loop = asyncio.get_running_loop()
+    run_once = getattr(loop, "_run_once", None)
+    if run_once is None:
+        raise SystemExit("w6-turns times asyncio's _run_once: use --loop asyncio")
+    stop = False
+    turns: list[float] = []
+    ready: list[int] = []
+    late: list[float] = []
+
+    async def reader(k: int) -> None:
+        rnd = random.Random(k)
+        while not stop:
+            await aionative.pread(fd, 4096, rnd.randrange(span >> 12) << 12)
+
+    async def ticker() -> None:
+        while not stop:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.001)
+            late.append(time.perf_counter() - t0 - 0.001)
+
+    def timed_run_once() -> None:
+        ready.append(len(loop._ready))  # type: ignore[attr-defined]
+        t0 = time.perf_counter()
+        run_once()
+        turns.append(time.perf_counter() - t0)
+
+    tasks = [asyncio.ensure_future(reader(k)) for k in range(n)]
+    tasks.append(asyncio.ensure_future(ticker()))
+    await asyncio.sleep(0.2)
+    late.clear()
+    loop._run_once = timed_run_once  # type: ignore[attr-defined]
+    await asyncio.sleep(1.0)
+    del loop._run_once  # type: ignore[attr-defined]
+    stop = True
+    await asyncio.gather(*tasks)
+    os.close(fd)
+
+    def pct(xs: list[float], q: float) -> float:
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3
+
+    print(f"N={n}: {len(turns)} iterations, ms p50 {pct(turns, .5):.3f} / p99 "
+          f"{pct(turns, .99):.3f} / max {max(turns) * 1e3:.3f}; callbacks at the start of one: "
+          f"median {sorted(ready)[len(ready) // 2]}; ticker lateness ms p50 {pct(late, .5):.3f}"
+          f" / p99 {pct(late, .99):.3f} / max {max(late) * 1e3:.3f} ({len(late)} ticks)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline"])
+    ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
+                                     "w6-turns"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -230,6 +293,8 @@ def main() -> None:
         coro = w4_loop(args.seconds, args.budget_us, (args.n or [1])[0])
     elif args.what == "w4-steps":
         coro = w4_steps()
+    elif args.what == "w6-turns":
+        coro = w6_turns((args.n or [64])[0])
     else:
         coro = w1_inline((args.n or [64])[0])
     if args.loop == "uvloop":

@@ -1463,16 +1463,15 @@ static PyMethodDef Engine_methods[] = {
     {"close_fd", (PyCFunction)Engine_close_fd, METH_O, "close_fd(fd) -> Future[None]"},
     {"read_file", (PyCFunction)Engine_read_file, METH_VARARGS,
      "read_file(dirfd, path: bytes, retry=False) -> bytes | int | False | None: a whole "
-     "small file read "
-     "inline when the dentry and page caches hold it (bytes); else a descriptor opened inline "
-     "for the caller to read and close (int), False when the iteration's budget is spent "
-     "(yield, then try again), or None (nothing opened)"},
+     "small file read inline when the dentry and page caches hold it (bytes); else a "
+     "descriptor opened inline for the caller to read and close (int), False when the "
+     "iteration's budget is spent (yield, then try again with retry=True), or None (nothing "
+     "opened)"},
     {"open_cached", (PyCFunction)Engine_open_cached, METH_VARARGS,
      "open_cached(dirfd, path: bytes, flags, retry=False) -> int | False | None: open(2) "
-     "inline when the "
-     "dentry cache holds every component of the path (int: the descriptor), False when the "
-     "iteration's budget is spent (yield, then try again), None to use the kernel queue "
-     "(not cached, an error, or O_CREAT/O_TRUNC/O_TMPFILE)"},
+     "inline when the dentry cache holds every component of the path (int: the descriptor), "
+     "False when the iteration's budget is spent (yield, then try again with retry=True), "
+     "None to use the kernel queue (not cached, an error, or O_CREAT/O_TRUNC/O_TMPFILE)"},
     {"open_stat", (PyCFunction)Engine_open_stat, METH_VARARGS,
      "open_stat(dirfd, path: bytes, flags) -> tuple | None: open_cached's open, not bounded "
      "by the budget, then fstat(2): (fd, st_mode, st_size, st_blksize); None: use the kernel "
