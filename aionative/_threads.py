@@ -197,6 +197,16 @@ class ThreadsEngine:
         except (OSError, ValueError):  # a bad descriptor: the worker reports it as before
             return False
 
+    def _inline_bytes(self, fd: int, size: int, offset: int) -> bytes | None:
+        """Up to ``size`` bytes at ``offset`` from the page cache (see _inline_into), or None
+        when a worker must read them."""
+        buf = bytearray(size)
+        n = self._inline_into(fd, memoryview(buf), offset)
+        if n < 0:
+            return None
+        del buf[n:]
+        return bytes(buf)
+
     def _inline_into(self, fd: int, view: memoryview, offset: int) -> int:
         """Read ``view`` at ``offset`` from the page cache without blocking: the byte count
         (short only at end of file), or -1 when a worker must do it."""
@@ -261,11 +271,9 @@ class ThreadsEngine:
             self._stats["inline_hits"] += 1
             return data
         if size <= INLINE_MAX and self._inline_allowed(fd):
-            buf = bytearray(size)
-            n = self._inline_into(fd, memoryview(buf), offset)
-            if n >= 0:
-                del buf[n:]
-                return bytes(buf)
+            got = self._inline_bytes(fd, size, offset)
+            if got is not None:
+                return got
         elif size <= INLINE_MAX and self._spent:
             return self._next_turn(self.read, fd, size, offset)
         return self._submit(_pread, fd, size, offset)
@@ -277,12 +285,7 @@ class ThreadsEngine:
         if self._closed:
             raise RuntimeError("aionative: engine is closed")
         if 0 < size <= INLINE_MAX and self._inline_allowed(fd):
-            buf = bytearray(size)
-            n = self._inline_into(fd, memoryview(buf), offset)
-            if n >= 0:
-                del buf[n:]
-                return bytes(buf)
-            return None
+            return self._inline_bytes(fd, size, offset)
         return False if self._budget_ns and self._spent and 0 < size <= INLINE_MAX else None
 
     def readinto(self, fd: int, buffer: Any, offset: int) -> int | asyncio.Future[int]:
