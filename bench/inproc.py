@@ -20,7 +20,7 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
     python -m bench.inproc w1-inline [--n 64] [--loop asyncio|uvloop]
         W1's hot random 4 KiB reads by N tasks for 1 s, five times: CPU µs a read, reads/s
         and the share completed inline (the rest went through the kernel queue), median run.
-    python -m bench.inproc w6-turns [--n 64]
+    python -m bench.inproc w6-turns [--n 64] [--no-gc]
         W1's reads by N tasks and W6's 1 ms ticker on the asyncio loop for 1 s: the loop
         iterations' durations (``_run_once`` timed), the callbacks each starts with, and the
         ticker's lateness.
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import random
 import resource
@@ -184,24 +185,33 @@ async def w4_steps() -> None:
                                                 med)))
 
 
-async def w1_inline(n: int) -> None:
+_W1_SPAN = 64 << 20  # the hot region of W1's file these commands read
+
+
+def _w1_hot_fd() -> int:
+    """W1's file, opened, its first 64 MiB read into the page cache."""
     paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
     if not paths:
         raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
     fd = os.open(paths[0], os.O_RDONLY)
-    span = 64 << 20  # a 64 MiB hot region
-    for off in range(0, span, 1 << 20):
+    for off in range(0, _W1_SPAN, 1 << 20):
         os.pread(fd, 1 << 20, off)
+    return fd
+
+
+async def _w1_reader(fd: int, k: int, stop: list[bool]) -> None:
+    """W1's reader: hot random 4 KiB ``aionative.pread``s until ``stop[0]``."""
+    rnd = random.Random(k)
+    while not stop[0]:
+        await aionative.pread(fd, 4096, rnd.randrange(_W1_SPAN >> 12) << 12)
+
+
+async def w1_inline(n: int) -> None:
+    fd = _w1_hot_fd()
     runs = []
-
-    async def reader(k: int, stop: list[bool]) -> None:
-        rnd = random.Random(k)
-        while not stop[0]:
-            await aionative.pread(fd, 4096, rnd.randrange(span >> 12) << 12)
-
     for _ in range(5):
         stop = [False]
-        tasks = [asyncio.ensure_future(reader(k, stop)) for k in range(n)]
+        tasks = [asyncio.ensure_future(_w1_reader(fd, k, stop)) for k in range(n)]
         await asyncio.sleep(0.1)
         s0, c0, t0 = aionative.engine_stats(), _cpu(), time.perf_counter()
         await asyncio.sleep(1.0)
@@ -220,29 +230,18 @@ async def w6_turns(n: int) -> None:
     """W1's hot reads by N tasks with a 1 ms ticker alongside, for 1 s: how long the loop's
     iterations take (asyncio: ``_run_once`` timed; uvloop has no such hook), how many
     callbacks each starts with, and the ticker's lateness."""
-    paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
-    if not paths:
-        raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
-    fd = os.open(paths[0], os.O_RDONLY)
-    span = 64 << 20
-    for off in range(0, span, 1 << 20):
-        os.pread(fd, 1 << 20, off)
     loop = asyncio.get_running_loop()
     run_once = getattr(loop, "_run_once", None)
     if run_once is None:
         raise SystemExit("w6-turns times asyncio's _run_once: use --loop asyncio")
-    stop = False
+    fd = _w1_hot_fd()
+    stop = [False]
     turns: list[float] = []
     ready: list[int] = []
     late: list[float] = []
 
-    async def reader(k: int) -> None:
-        rnd = random.Random(k)
-        while not stop:
-            await aionative.pread(fd, 4096, rnd.randrange(span >> 12) << 12)
-
     async def ticker() -> None:
-        while not stop:
+        while not stop[0]:
             t0 = time.perf_counter()
             await asyncio.sleep(0.001)
             late.append(time.perf_counter() - t0 - 0.001)
@@ -253,14 +252,14 @@ async def w6_turns(n: int) -> None:
         run_once()
         turns.append(time.perf_counter() - t0)
 
-    tasks = [asyncio.ensure_future(reader(k)) for k in range(n)]
+    tasks = [asyncio.ensure_future(_w1_reader(fd, k, stop)) for k in range(n)]
     tasks.append(asyncio.ensure_future(ticker()))
     await asyncio.sleep(0.2)
     late.clear()
     loop._run_once = timed_run_once  # type: ignore[attr-defined]
     await asyncio.sleep(1.0)
     del loop._run_once  # type: ignore[attr-defined]
-    stop = True
+    stop[0] = True
     await asyncio.gather(*tasks)
     os.close(fd)
 
@@ -284,7 +283,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=None)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--budget-us", type=float, default=None)
+    ap.add_argument("--no-gc", action="store_true", help="run with the cyclic collector off")
     args = ap.parse_args()
+    if args.no_gc:
+        gc.disable()
     if args.backend:
         aionative.set_default_backend(args.backend)
     if args.what == "gather-reads":
