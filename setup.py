@@ -32,8 +32,8 @@ else:
     ext_modules = [
         Extension(
             "aionative._core",
-            sources=["csrc/module.c", "csrc/engine.c", "csrc/inline.c", "csrc/lines.c",
-                     "csrc/uring.c", "csrc/kaio.c"],
+            sources=["csrc/module.c", "csrc/engine.c", "csrc/inline.c", "csrc/lazy.c",
+                     "csrc/lines.c", "csrc/uring.c", "csrc/kaio.c"],
             depends=["csrc/engine.h"],
             define_macros=macros,
             extra_compile_args=cflags,

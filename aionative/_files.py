@@ -25,10 +25,11 @@ Calls on one file are serialised: a second task's call waits for the first to fi
 cancelled while its call is fetching leaves the file unchanged; one cancelled while its writes
 are in the kernel leaves them to finish, and the next call on the file reports their outcome.
 
-A regular file opened ``rb`` by path starts *lazy* (see :class:`_LazyReader`): it holds the
-descriptor, the position and the size, and serves ``read()`` to the end and ``close()`` with
-one engine call each. The stack above is built the first time anything else needs it, at the
-position the lazy calls reached — the state the stack would have had.
+A regular file opened ``rb`` by path starts *lazy*: its ``_lazy`` (``_core.LazyReader``,
+csrc/lazy.c) holds the descriptor, the position and the size, and serves ``read()`` to the end
+and ``close()`` with one call each into the engine's inline path. The stack above is built the
+first time anything else needs it, at the position the lazy calls reached — the state the stack
+would have had.
 
 Objects that ``threadpool.wrap`` wraps (any synchronous file) run every call in the executor,
 as aiofiles does.
@@ -54,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import _kernelops as _k
 from ._backend import _core
-from ._engine import _running_loop, get_engine
+from ._engine import get_engine
 from ._raw import (
     ALIGN,
     REGULAR,
@@ -67,7 +68,9 @@ from ._raw import (
     off_t,
     rmw_blocks,
 )
-from ._threads import ThreadsEngine
+
+if TYPE_CHECKING:
+    from ._core import LazyReader
 
 T = TypeVar("T")
 S = TypeVar("S", str, bytes)
@@ -202,7 +205,7 @@ class AsyncBase(Generic[S]):
     # FileIO's read(2)/write(2) would leave it, and follow it if the caller moves it.
     _fd_shared = False
     _synced_pos = -1
-    _lazy: _LazyReader | None = None  # an ``rb`` file whose stack is not built yet
+    _lazy: LazyReader | None = None  # an ``rb`` file whose stack is not built yet
 
     def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None = None,
                  executor: Executor | None = None, *, raw: WindowRaw | None = None,
@@ -655,11 +658,8 @@ class AsyncBase(Generic[S]):
     async def close(self) -> None:
         lazy = self._lazy
         if lazy is not None and not self._busy:  # (busy: wait below for the lazy read)
-            if not lazy.closed:
-                lazy.closed = True  # FileIO's close: closed, whatever close(2) says
-                eng = lazy.engine()
-                if isinstance(eng, ThreadsEngine) or not eng.close_cached(lazy.fd):
-                    await _k.close_fd(lazy.fd)
+            if not lazy.close_now():  # closed: FileIO's, whatever close(2) says
+                await _k.close_fd(lazy.fd)
             return
         raw = self._raw
         if raw is None:
@@ -1174,7 +1174,7 @@ class _BinaryBase(AsyncBase[bytes]):
     def readable(self) -> bool:
         return bool(self._file.readable())
 
-    async def _read_rest_later(self, lazy: _LazyReader) -> bytes | None:
+    async def _read_rest_later(self, lazy: LazyReader) -> bytes | None:
         """A lazy ``read()`` that found the budget spent: read inline on a later turn (a
         kernel round trip costs more), the file locked meanwhile. The bytes, or None: the
         stack must read them."""
@@ -1281,21 +1281,12 @@ class AsyncBufferedIOBase(_BufferedBase):
 class AsyncBufferedReader(_BufferedBase):
     """``rb`` and the ``+`` binary modes: a ``BufferedReader`` or ``BufferedRandom``."""
 
-    @classmethod
-    def _open_lazy(cls, eng: Any, fd: int, name: str, size: int, blksize: int,
-                   loop: asyncio.AbstractEventLoop | None,
-                   executor: Executor | None) -> AsyncBufferedReader:
-        """An ``rb`` file over the regular file ``fd`` that ``eng`` just opened by path,
-        its stack not built yet (see _LazyReader)."""
-        self = cls.__new__(cls)
-        self._lazy = _LazyReader(eng, fd, name, size, blksize, loop, executor)
-        return self
-
     def _materialize(self) -> None:
         """Build the stack ``_build`` builds for a regular file opened ``rb``, where the lazy
         calls left the file."""
         lazy = self._lazy
         assert lazy is not None
+        lazy.settle()  # the inline open's O_NONBLOCK: the stack reads through the queue too
         del self._lazy  # the class's None from now on
         raw = WindowRaw(lazy.fd, kind=REGULAR, readable=True, writable=False, appending=False,
                         created=False, seekable=True, closefd=True, size=lazy.size,
@@ -1330,57 +1321,6 @@ class AsyncBufferedReader(_BufferedBase):
             raise
         finally:
             self._unlock()
-
-
-class _LazyReader:
-    """What a lazy ``rb`` file (AsyncBufferedReader._open_lazy) knows before its stack exists:
-    the descriptor, the position and the size. ``read()`` to the end is one inline engine
-    read, which leaves the file where the builtin's ``readall`` leaves it (at the end, the
-    buffer empty), so the stack built later starts from there; anything else builds it."""
-
-    __slots__ = ("blksize", "closed", "eng", "executor", "fd", "loop", "name", "pos", "size")
-
-    def __init__(self, eng: Any, fd: int, name: str, size: int, blksize: int,
-                 loop: asyncio.AbstractEventLoop | None, executor: Executor | None) -> None:
-        self.eng = eng
-        self.fd = fd
-        self.name = name
-        self.size = size
-        self.blksize = blksize
-        self.loop = loop
-        self.executor = executor
-        self.pos = 0
-        self.closed = False
-
-    def engine(self) -> Any:
-        """The engine that opened the file, while it is open and its loop runs; else the
-        running loop's (``close_engine()``, or the file used from another loop)."""
-        eng = self.eng
-        return eng if eng.loop is _running_loop() and not eng.closed else get_engine()
-
-    def want(self) -> int:
-        """What a read to the end asks for: one byte more than the size, so that a short read
-        proves the end."""
-        return max(self.size - self.pos, 0) + 1
-
-    def read_rest(self) -> bytes | bool | None:
-        """The bytes from the position to the end of the file, read inline; False when the
-        budget is spent; None if they cannot be read here (not cached, a file too large, one
-        that grew, or closed): the stack then reads them through the kernel queue."""
-        if self.closed:
-            return None
-        want = self.want()
-        res = self.engine().read_inline(self.fd, want, self.pos)
-        return res if res is False else self.take(res, want)
-
-    def take(self, res: Any, want: int) -> bytes | None:
-        """What ``read_inline(fd, want, pos)`` returned: the bytes to the end (the position
-        moves past them); None when nothing was read inline, or all of ``want`` was (the
-        file grew: the stack reads the rest)."""
-        if type(res) is not bytes or len(res) == want:
-            return None
-        self.pos += len(res)  # short of `want`: within the size
-        return res
 
 
 # The instance attributes AsyncBase.__init__ sets: a lazy file builds its stack when one of

@@ -17,7 +17,6 @@ import fcntl
 import io
 import os
 import stat
-import sys
 from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Executor
 from operator import index
@@ -186,10 +185,6 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
                        nonblocking_open and flags & os.O_ACCMODE == os.O_RDONLY)
 
 
-_RB_FLAGS = os.O_RDONLY | os.O_CLOEXEC  # what io.open computes for "rb"
-_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
-
-
 class _RbOpen(AiofilesContextManager[Any]):
     """What ``open(path, "rb")`` with every other argument at its default returns: an
     :class:`AiofilesContextManager` that opens the file on ``await`` / ``async with`` by
@@ -236,22 +231,16 @@ class _RbOpen(AiofilesContextManager[Any]):
 def _open_rb(file: str | os.PathLike[str] | os.PathLike[bytes],
              loop: asyncio.AbstractEventLoop | None,
              executor: Executor | None) -> AsyncBase[Any] | tuple[int, str] | None:
-    """A regular file whose path the dentry cache holds is opened and ``fstat``-ed in one
-    inline call (``open_stat``: two system calls that cannot wait, cheaper than deferring them,
-    so not bounded by the budget; the read that follows is) and starts lazy (see
-    ``_files._LazyReader``). Anything else is for ``_open_rb_rest``: ``(fd, path)``, a
-    directory, FIFO or device opened here (with O_NONBLOCK, as io_uring opens), or None."""
+    """A regular file whose path the dentry cache holds is opened and ``fstat``-ed inline
+    (``Engine.open_lazy``: two system calls that cannot wait, cheaper than deferring them, so
+    not bounded by the budget; the read that follows is) and starts lazy (see
+    ``_files.AsyncBufferedReader._materialize``). Anything else is for ``_open_rb_rest``:
+    ``(fd, path)``, a directory, FIFO or device opened here (with O_NONBLOCK, as io_uring
+    opens), or None."""
     path = file if type(file) is str else os.fspath(file)
     eng = get_engine()
-    if type(path) is str and not isinstance(eng, ThreadsEngine) and "\0" not in path:
-        res = eng.open_stat(_k.AT_FDCWD, path.encode(_FS_ENCODING, _FS_ERRORS), _RB_FLAGS)
-        if isinstance(res, tuple):
-            fd, st_mode, size, blksize = res
-            if stat.S_ISREG(st_mode):
-                return AsyncBufferedReader._open_lazy(
-                    eng, fd, path, size, blksize if blksize > 1 else io.DEFAULT_BUFFER_SIZE,
-                    loop, executor)
-            return fd, path
+    if type(path) is str and not isinstance(eng, ThreadsEngine):
+        return eng.open_lazy(path, AsyncBufferedReader, loop, executor)
     return None
 
 

@@ -14,7 +14,7 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         budget spent past the retry's grace too (they wait in the queue of refused calls).
     python -m bench.inproc w4-steps
         The same files, one task, the budget out of the way: µs a file of each step — the
-        engine's inline calls alone (``open_stat``, ``read_inline``, ``close_cached``), the
+        engine's inline calls alone (``open_lazy``, ``read_rest``, ``close_now``), the
         builtin's ``open``/``read``/``close``, and the file API's ``open()``, ``__aenter__``,
         ``read()``, ``__aexit__`` — median of three passes of 20 rounds.
     python -m bench.inproc w1-inline [--n 64] [--loop asyncio|uvloop]
@@ -41,6 +41,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import aionative
 from aionative import _kernelops
@@ -122,21 +123,22 @@ async def w4_steps() -> None:
     files = _w4_files()
     aionative.set_inline_budget(1e9)
     eng = aionative.get_engine()
-    bfiles = [os.fsencode(p) for p in files]
-    flags = os.O_RDONLY | os.O_CLOEXEC
     clock = time.perf_counter_ns
     rounds = 20
+
+    class Lazy:  # what open_lazy makes: an object with a _lazy (the LazyReader)
+        _lazy: Any
 
     def engine_pass() -> list[float]:
         t = [0, 0, 0]
         for _ in range(rounds):
-            for p in bfiles:
+            for p in files:
                 a = clock()
-                fd, _mode, size, _blk = eng.open_stat(-100, p, flags)
+                lazy = eng.open_lazy(p, Lazy, None, None)._lazy
                 b = clock()
-                eng.read_inline(fd, size + 1, 0)
+                lazy.read_rest()
                 c = clock()
-                eng.close_cached(fd)
+                lazy.close_now()
                 t[0] += b - a
                 t[1] += c - b
                 t[2] += clock() - c
@@ -176,7 +178,7 @@ async def w4_steps() -> None:
         return [x / (rounds * len(files) * 1000) for x in t]
 
     print("µs a file, engine's inline calls:",
-          _median_steps(engine_pass, ["open_stat", "read_inline", "close_cached"]))
+          _median_steps(engine_pass, ["open_lazy", "read_rest", "close_now"]))
     print("µs a file, builtin:", _median_steps(builtin_pass, ["open", "read", "close"]))
     api = [await api_pass() for _ in range(3)]
     med = [sorted(p[i] for p in api)[1] for i in range(4)]

@@ -439,7 +439,7 @@ static int engine_open(engine_t *e)
     return 1;
 }
 
-static int engine_usable(engine_t *e)
+int engine_usable(engine_t *e)
 {
     if (e->fork_gen != engine_fork_generation) {
         PyErr_SetString(PyExc_RuntimeError,
@@ -874,31 +874,24 @@ static PyObject *Engine_read_file(engine_t *e, PyObject *args)
     return inline_read_file(e, dirfd, path, retry);
 }
 
-/* open_cached(dirfd, path: bytes, flags[, retry]) -> int | False | None (see inline_open),
- * and open_stat(dirfd, path: bytes, flags) -> tuple | None (see inline_open_stat) */
-static PyObject *engine_open_inline(engine_t *e, PyObject *args, const char *format,
-                                    PyObject *(*open_fn)(engine_t *, int, const char *, int,
-                                                         int))
+/* open_cached(dirfd, path: bytes, flags[, retry]) -> int | False | None (see inline_open) */
+static PyObject *Engine_open_cached(engine_t *e, PyObject *args)
 {
     int dirfd, flags, retry = 0;
     const char *path;
     Py_ssize_t len;
-    if (!PyArg_ParseTuple(args, format, &dirfd, &path, &len, &flags, &retry) ||
+    if (!PyArg_ParseTuple(args, "iy#i|p:open_cached", &dirfd, &path, &len, &flags, &retry) ||
         !engine_usable(e))
         return NULL;
     if ((size_t)len != strlen(path))
         Py_RETURN_NONE;  /* an embedded NUL: the queue's openat raises what os.open does */
-    return open_fn(e, dirfd, path, flags, retry);
+    return inline_open(e, dirfd, path, flags, retry);
 }
 
-static PyObject *Engine_open_cached(engine_t *e, PyObject *args)
+/* open_lazy(path: str, cls, loop, executor) (see lazy_open) */
+static PyObject *Engine_open_lazy(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
-    return engine_open_inline(e, args, "iy#i|p:open_cached", inline_open);
-}
-
-static PyObject *Engine_open_stat(engine_t *e, PyObject *args)
-{
-    return engine_open_inline(e, args, "iy#i:open_stat", inline_open_stat);
+    return lazy_open(e, args, n);
 }
 
 /* close_cached(fd) -> bool (see inline_close) */
@@ -907,7 +900,7 @@ static PyObject *Engine_close_cached(engine_t *e, PyObject *arg)
     int fd;
     if (parse_fd(arg, &fd) < 0 || !engine_usable(e))
         return NULL;
-    int r = inline_close(e, fd);
+    int r = inline_close(e, fd, 0);
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
@@ -1472,10 +1465,11 @@ static PyMethodDef Engine_methods[] = {
      "inline when the dentry cache holds every component of the path (int: the descriptor), "
      "False when the iteration's budget is spent (yield, then try again with retry=True), "
      "None to use the kernel queue (not cached, an error, or O_CREAT/O_TRUNC/O_TMPFILE)"},
-    {"open_stat", (PyCFunction)Engine_open_stat, METH_VARARGS,
-     "open_stat(dirfd, path: bytes, flags) -> tuple | None: open_cached's open, not bounded "
-     "by the budget, then fstat(2): (fd, st_mode, st_size, st_blksize); None: use the kernel "
-     "queue"},
+    {"open_lazy", (PyCFunction)(void (*)(void))Engine_open_lazy, METH_FASTCALL,
+     "open_lazy(path: str, cls, loop, executor) -> cls | (fd, path) | None: open(path, 'rb')'s "
+     "open inline, not bounded by the budget, then fstat(2): a regular file gives a lazy "
+     "instance of cls (its _lazy a LazyReader), anything else (fd, path) with O_NONBLOCK "
+     "cleared; None: nothing opened (use the kernel queue)"},
     {"close_cached", (PyCFunction)Engine_close_cached, METH_O,
      "close_cached(fd) -> bool: close(2) inline when it cannot wait (a linked regular file "
      "opened read-only on a local filesystem) and the fast path is on (not bounded by the "
@@ -1600,7 +1594,8 @@ int engine_module_init(PyObject *m)
         return -1;
     if (PyType_Ready(&Engine_Type) < 0)
         return -1;
-    if (PyModule_AddObjectRef(m, "Engine", (PyObject *)&Engine_Type) < 0)
+    if (PyModule_AddObjectRef(m, "Engine", (PyObject *)&Engine_Type) < 0 ||
+        lazy_module_init(m) < 0)
         return -1;
     if (pthread_atfork(NULL, NULL, atfork_child) != 0)
         return -1;

@@ -258,15 +258,30 @@ PyObject *inline_read_file(engine_t *e, int dirfd, const char *path, int retry);
  * flag that may write: O_CREAT, O_TRUNC, O_TMPFILE). Opened the way io_uring's openat opens:
  * O_NONBLOCK first, cleared afterwards unless `flags` has it. */
 PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags, int retry);
-/* inline_open, then fstat(2) of what it opened: (fd, st_mode, st_size, st_blksize), or None
- * (use the kernel queue). Not bounded by the budget (never False): an open that cannot wait
- * costs less than deferring it, and the read that follows is bounded. */
-PyObject *inline_open_stat(engine_t *e, int dirfd, const char *path, int flags, int unused);
+/* inline_open's open alone, not bounded by the budget: the descriptor with O_NONBLOCK still
+ * set (inline_clear_nonblock clears it), or -1 (use the kernel queue). */
+int inline_open_fd(engine_t *e, int dirfd, const char *path, int flags);
+/* Clear O_NONBLOCK on a descriptor an inline open opened: 0, or -1 with the error set. */
+int inline_clear_nonblock(engine_t *e, int fd);
 /* close(2) inline of a descriptor whose close cannot wait: a regular file, still linked,
  * opened read-only, on a local filesystem (no ->flush); whenever the fast path is on, even
- * with the budget spent. 1 closed, 0 not (use the queue), -1 error (the descriptor is
- * closed all the same, as close(2) leaves it). */
-int inline_close(engine_t *e, int fd);
+ * with the budget spent. `rdonly_regular`: the caller opened it read-only (no F_GETFL). 1
+ * closed, 0 not (use the queue), -1 error (the descriptor is closed all the same, as close(2)
+ * leaves it). */
+int inline_close(engine_t *e, int fd, int rdonly_regular);
+/* A read of `size` bytes at `off` on a descriptor opened here without O_DIRECT, inline or not
+ * at all: bytes (all cached), False (the budget is spent), None (use the kernel queue). */
+PyObject *inline_read_known(engine_t *e, int fd, Py_ssize_t size, int64_t off, int retry);
+
+/* engine.c: raises (RuntimeError) and returns 0 unless the engine may be used here and now. */
+int engine_usable(engine_t *e);
+/* module.c: the running loop (borrowed), or NULL when it cannot tell (ask asyncio). */
+PyObject *running_loop_borrowed(void);
+
+/* lazy.c: LazyReader, the state of an `rb` file before its stack exists, and its open. */
+extern PyTypeObject LazyReader_Type;
+PyObject *lazy_open(engine_t *e, PyObject *const *args, Py_ssize_t n);
+int lazy_module_init(PyObject *m);
 
 /* lines.c: LineGate and LineStep, the inline step of `async for` over a file */
 int lines_module_init(PyObject *m);

@@ -148,20 +148,27 @@ static int local_fs(int fd)
     return 0;
 }
 
-/* Give the caller a descriptor opened here, as the kernel queue's openat would have: with
- * O_NONBLOCK cleared unless the caller asked for it (io_uring opens inline with it and clears
- * it the same way). */
-static PyObject *handoff(engine_t *e, int fd, int keep_nonblock)
+/* Clear the O_NONBLOCK an inline open set (io_uring opens inline with it and clears it the
+ * same way). 0, or -1 with the error set. */
+int inline_clear_nonblock(engine_t *e, int fd)
 {
-    if (keep_nonblock)
-        return PyLong_FromLong(fd);
     e->st.syscalls++;
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0 && !(fl & O_NONBLOCK))
-        return PyLong_FromLong(fd);
+        return 0;
     e->st.syscalls++;
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    return 0;
+}
+
+/* Give the caller a descriptor opened here, as the kernel queue's openat would have: with
+ * O_NONBLOCK cleared unless the caller asked for it. */
+static PyObject *handoff(engine_t *e, int fd, int keep_nonblock)
+{
+    if (!keep_nonblock && inline_clear_nonblock(e, fd) < 0) {
         close(fd);
         return NULL;
     }
@@ -185,52 +192,34 @@ static int cached_open(engine_t *e, int dirfd, const char *path, int flags)
     return fd;
 }
 
-/* budgeted: 0 not bounded by the budget, 1 bounded, 2 bounded, a retry (inline_budget_ok) */
-static PyObject *open_inline(engine_t *e, int dirfd, const char *path, int flags, int budgeted)
+/* An open that cannot write (the kernel refuses RESOLVE_CACHED for O_CREAT, O_TRUNC and
+ * O_TMPFILE: the queue opens them), done inline with O_NONBLOCK still set: the descriptor, or
+ * -1 when the queue must open (not cached, an error, no openat2, or the fast path off). */
+int inline_open_fd(engine_t *e, int dirfd, const char *path, int flags)
 {
-    /* The kernel refuses RESOLVE_CACHED for these (they may write): the queue opens them. */
     if (!e->budget_ns || flags & (O_CREAT | O_TRUNC) || (flags & O_TMPFILE) == O_TMPFILE)
-        Py_RETURN_NONE;
-    int ok = budgeted ? inline_budget_ok(e, budgeted == 2) : 1;
-    if (ok <= 0)
-        return ok < 0 ? NULL : Py_NewRef(Py_False);
+        return -1;
     int fd = cached_open(e, dirfd, path, flags);
-    if (fd < 0)
-        Py_RETURN_NONE;  /* not cached, an error, or no openat2: the queue opens (or reports) */
-    e->st.inline_hits++;
-    return handoff(e, fd, flags & O_NONBLOCK);
+    if (fd >= 0)
+        e->st.inline_hits++;
+    return fd;
 }
 
 PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags, int retry)
 {
-    return open_inline(e, dirfd, path, flags, retry ? 2 : 1);
+    if (!e->budget_ns || flags & (O_CREAT | O_TRUNC) || (flags & O_TMPFILE) == O_TMPFILE)
+        Py_RETURN_NONE;
+    int ok = inline_budget_ok(e, retry);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_False);
+    int fd = inline_open_fd(e, dirfd, path, flags);
+    if (fd < 0)
+        Py_RETURN_NONE;
+    return handoff(e, fd, flags & O_NONBLOCK);
 }
 
-PyObject *inline_open_stat(engine_t *e, int dirfd, const char *path, int flags, int unused)
-{
-    (void)unused;
-    /* Not bounded by the budget, as a close that cannot wait is not: two system calls that
-     * cannot wait cost less than deferring them, and the read that follows is bounded. */
-    PyObject *got = open_inline(e, dirfd, path, flags, 0);
-    if (!got || got == Py_None || got == Py_False)
-        return got;
-    int fd = (int)PyLong_AsLong(got);
-    Py_DECREF(got);
-    struct stat st;
-    e->st.syscalls++;
-    if (fstat(fd, &st) < 0) {  /* as FileIO's fstat at open: the error, nothing left open */
-        PyErr_SetFromErrno(PyExc_OSError);
-        close(fd);
-        return NULL;
-    }
-    PyObject *r = Py_BuildValue("(iILl)", fd, (unsigned)st.st_mode, (long long)st.st_size,
-                                (long)st.st_blksize);
-    if (!r)
-        close(fd);
-    return r;
-}
-
-int inline_close(engine_t *e, int fd)
+/* `rdonly_regular`: the caller opened `fd` read-only on a regular file (a lazy file). */
+int inline_close(engine_t *e, int fd, int rdonly_regular)
 {
     /* Not bounded by the budget (only turned off with the fast path): a close that cannot
      * wait costs a few system calls, less than queueing it — and on Linux AIO, which has no
@@ -238,8 +227,8 @@ int inline_close(engine_t *e, int fd)
     if (!e->budget_ns)
         return 0;
     struct stat st;
-    e->st.syscalls += 2;
-    int fl = fault_hit(FP_INLINE) ? -1 : fcntl(fd, F_GETFL);
+    e->st.syscalls += rdonly_regular ? 1 : 2;
+    int fl = fault_hit(FP_INLINE) ? -1 : rdonly_regular ? O_RDONLY : fcntl(fd, F_GETFL);
     if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
         st.st_nlink == 0 || !local_fs(fd))
         return 0;
@@ -283,6 +272,29 @@ PyObject *inline_read_file(engine_t *e, int dirfd, const char *path, int retry)
     e->st.syscalls++;
     close(fd);
     if (_PyBytes_Resize(&bytes, (Py_ssize_t)got) < 0)
+        return NULL;
+    return bytes;
+}
+
+/* A lazy file's read to the end (csrc/lazy.c): `size` bytes at `off` when the page cache holds
+ * them all (bytes), False when the iteration's budget is spent, None when the read must go to
+ * the kernel queue. The descriptor was opened here without O_DIRECT: no fcntl(F_GETFL). */
+PyObject *inline_read_known(engine_t *e, int fd, Py_ssize_t size, int64_t off, int retry)
+{
+    if (!e->budget_ns || size > INLINE_MAX)
+        Py_RETURN_NONE;
+    int ok = inline_budget_ok(e, retry);
+    if (ok <= 0)
+        return ok < 0 ? NULL : Py_NewRef(Py_False);
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, size);
+    if (!bytes)
+        return NULL;
+    uint64_t got = 0;
+    if (!inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)size, off, &got)) {
+        Py_DECREF(bytes);
+        Py_RETURN_NONE;
+    }
+    if ((Py_ssize_t)got != size && _PyBytes_Resize(&bytes, (Py_ssize_t)got) < 0)
         return NULL;
     return bytes;
 }

@@ -157,24 +157,29 @@ static void refresh_pid(void)
     self_pid = getpid();
 }
 
-static PyObject *running_loop(PyObject *m, PyObject *unused)
+PyObject *running_loop_borrowed(void)
 {
     PyObject *d = PyThreadState_GetDict();
     PyObject *h = d ? PyDict_GetItemWithError(d, holder_key) : NULL;
     if (!h) {
-        if (PyErr_Occurred())
-            return NULL;
-        Py_RETURN_NONE;
+        PyErr_Clear();  /* (a str key: never) */
+        return NULL;
     }
     if (Py_TYPE(h) != holder_type) {
         if (holder_type || strcmp(Py_TYPE(h)->tp_name, "_RunningLoopHolder") != 0)
-            Py_RETURN_NONE;
+            return NULL;
         holder_type = Py_TYPE(h);
     }
     loop_holder_t *rl = (loop_holder_t *)h;
-    if (rl->rl_pid != self_pid || !rl->rl_loop)
-        Py_RETURN_NONE;
-    return Py_NewRef(rl->rl_loop);  /* None when no loop runs */
+    if (rl->rl_pid != self_pid || !rl->rl_loop || rl->rl_loop == Py_None)
+        return NULL;
+    return rl->rl_loop;
+}
+
+static PyObject *running_loop(PyObject *m, PyObject *unused)
+{
+    PyObject *loop = running_loop_borrowed();
+    return Py_NewRef(loop ? loop : Py_None);  /* None: no loop runs, or ask asyncio */
 }
 
 static int running_loop_init(void)
@@ -186,9 +191,14 @@ static int running_loop_init(void)
     return holder_key ? 0 : -1;
 }
 #else
+PyObject *running_loop_borrowed(void)
+{
+    return NULL;  /* asyncio.get_running_loop() makes no system call here: use it */
+}
+
 static PyObject *running_loop(PyObject *m, PyObject *unused)
 {
-    Py_RETURN_NONE;  /* asyncio.get_running_loop() makes no system call here: use it */
+    Py_RETURN_NONE;
 }
 
 static int running_loop_init(void)

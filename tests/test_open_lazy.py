@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import gc
 import os
 import warnings
@@ -130,6 +131,47 @@ async def test_a_lazy_file_left_open_warns_and_closes_its_descriptor(
     del caught  # the warning's source: the file itself
     gc.collect()
     assert open_fds_to(p) == fds
+
+
+@pytest.mark.parametrize("first", ["fileno", "read", "tell"])
+@pytest.mark.asyncio
+async def test_the_descriptor_has_the_builtins_flags(backend: str, tmp_path: Path,
+                                                     first: str) -> None:
+    """The inline open opens with O_NONBLOCK; the lazy file clears it when its stack is built,
+    before the descriptor reaches anyone (``fileno()``) or the kernel queue reads it."""
+    p = tmp_path / "f"
+    cached(p, b"abc")
+    with open(p, "rb") as g:  # noqa: ASYNC230 - the builtin, for comparison
+        want = fcntl.fcntl(g.fileno(), fcntl.F_GETFL)
+    async with aionative.open(str(p), "rb") as f:
+        if first == "read":
+            assert await f.read() == b"abc"  # lazy: the stack is built by fileno() below
+        elif first == "tell":
+            assert await f.tell() == 0
+        fd = f.fileno()
+        assert not lazy(f)
+        assert fcntl.fcntl(fd, fcntl.F_GETFL) == want
+        assert os.get_blocking(fd)
+        assert await f.read() == (b"" if first == "read" else b"abc")
+
+
+@pytest.mark.asyncio
+async def test_a_lazy_file_unlinked_before_its_close_is_closed(backend: str,
+                                                               tmp_path: Path) -> None:
+    """The last close of an unlinked file frees its blocks: never inline (the kernel queue
+    or a worker closes it), and closed all the same."""
+    p = tmp_path / "f"
+    cached(p, b"abc" * 1000)
+    deleted = Path(f"{p} (deleted)")
+    f = await aionative.open(str(p), "rb")
+    assert lazy(f) is expect_lazy(backend)
+    p.unlink()
+    assert open_fds_to(deleted) == 1
+    assert await f.read() == b"abc" * 1000
+    await f.close()
+    assert open_fds_to(deleted) == 0
+    assert lazy(f) is expect_lazy(backend)  # (closed asks the stack: it builds it)
+    assert f.closed
 
 
 @pytest.fixture(params=["retry", "queue"])
