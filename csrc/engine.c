@@ -564,7 +564,8 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
         return NULL;
     uint64_t got = 0;
     int ok = fast && size <= INLINE_MAX ? inline_allowed(e, fd, retry) : 0;
-    if (ok > 0 && inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)size, off, &got)) {
+    if (ok > 0 &&
+        inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)size, off, -1, &got)) {
         if ((Py_ssize_t)got != size && _PyBytes_Resize(&bytes, (Py_ssize_t)got) < 0)
             return NULL;
         return bytes;
@@ -630,7 +631,7 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     }
     uint64_t got = 0;
     int ok = fast && view.len <= INLINE_MAX ? inline_allowed(e, fd, 0) : 0;
-    if (ok > 0 && inline_read(e, fd, view.buf, (uint64_t)view.len, off, &got)) {
+    if (ok > 0 && inline_read(e, fd, view.buf, (uint64_t)view.len, off, -1, &got)) {
         PyBuffer_Release(&view);
         return PyLong_FromUnsignedLongLong(got);
     }

@@ -246,7 +246,8 @@ int engine_schedule_flush(engine_t *e);
 /* inline.c: the inline fast path and its cooperative budget */
 int inline_budget_ok(engine_t *e, int retry);
 int inline_allowed(engine_t *e, int fd, int retry);
-int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint64_t *got);
+int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
+                uint64_t *got);
 int inline_empty_read(engine_t *e, int fd, int64_t off);
 int inline_empty_readinto(engine_t *e, int fd, int64_t off);
 /* A whole small regular file, read inline: bytes (the descriptor is closed), an int (a
@@ -270,8 +271,10 @@ int inline_clear_nonblock(engine_t *e, int fd);
  * leaves it). */
 int inline_close(engine_t *e, int fd, int rdonly_regular);
 /* A read of `size` bytes at `off` on a descriptor opened here without O_DIRECT, inline or not
- * at all: bytes (all cached), False (the budget is spent), None (use the kernel queue). */
-PyObject *inline_read_known(engine_t *e, int fd, Py_ssize_t size, int64_t off, int retry);
+ * at all: bytes (all cached), False (the budget is spent), None (use the kernel queue).
+ * `eof`: the file's size as fstat(2) gave it (see inline_read). */
+PyObject *inline_read_known(engine_t *e, int fd, Py_ssize_t size, int64_t off, int64_t eof,
+                            int retry);
 
 /* engine.c: raises (RuntimeError) and returns 0 unless the engine may be used here and now. */
 int engine_usable(engine_t *e);

@@ -79,8 +79,15 @@ int inline_allowed(engine_t *e, int fd, int retry)
 /* Read buf[0..len) at `off` from the page cache without blocking. 1: the read is complete
  * (*got bytes, short only at end of file); 0: the rest must go to the kernel queue (*got
  * bytes are already in buf). Any failure, EAGAIN (not cached) or otherwise, means the kernel
- * queue: it waits for the data or reports the error exactly as without the fast path. */
-int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint64_t *got)
+ * queue: it waits for the data or reports the error exactly as without the fast path.
+ *
+ * A short read is the end of the file only if the next read returns 0: RWF_NOWAIT also stops
+ * short where the page cache stops holding the file. Those stops fall on page boundaries
+ * (the copy goes folio by folio, and folios are whole pages), so a short read that ends at
+ * `eof` — the size the caller saw in fstat(2), -1 if none — inside a page ended at the
+ * file's size as the read saw it: no second read is needed then. */
+int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
+                uint64_t *got)
 {
     uint64_t done = 0;
     for (;;) {
@@ -91,7 +98,8 @@ int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, uint6
         if (n < 0)
             break;
         done += (uint64_t)n;
-        if (n == 0 || done == len) {
+        int64_t end = off + (int64_t)done;
+        if (n == 0 || done == len || (end == eof && end % 4096 != 0)) {
             *got = done;
             e->st.inline_hits++;
             return 1;
@@ -264,7 +272,8 @@ PyObject *inline_read_file(engine_t *e, int dirfd, const char *path, int retry)
         return NULL;
     }
     uint64_t got = 0;
-    if (!inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)st.st_size + 1, 0, &got) ||
+    if (!inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)st.st_size + 1, 0,
+                     (int64_t)st.st_size, &got) ||
         got > (uint64_t)st.st_size) {
         Py_DECREF(bytes);  /* not all cached, or the file grew: the caller reads it */
         return handoff(e, fd, 0);
@@ -279,7 +288,8 @@ PyObject *inline_read_file(engine_t *e, int dirfd, const char *path, int retry)
 /* A lazy file's read to the end (csrc/lazy.c): `size` bytes at `off` when the page cache holds
  * them all (bytes), False when the iteration's budget is spent, None when the read must go to
  * the kernel queue. The descriptor was opened here without O_DIRECT: no fcntl(F_GETFL). */
-PyObject *inline_read_known(engine_t *e, int fd, Py_ssize_t size, int64_t off, int retry)
+PyObject *inline_read_known(engine_t *e, int fd, Py_ssize_t size, int64_t off, int64_t eof,
+                            int retry)
 {
     if (!e->budget_ns || size > INLINE_MAX)
         Py_RETURN_NONE;
@@ -290,7 +300,7 @@ PyObject *inline_read_known(engine_t *e, int fd, Py_ssize_t size, int64_t off, i
     if (!bytes)
         return NULL;
     uint64_t got = 0;
-    if (!inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)size, off, &got)) {
+    if (!inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)size, off, eof, &got)) {
         Py_DECREF(bytes);
         Py_RETURN_NONE;
     }

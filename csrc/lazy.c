@@ -111,7 +111,7 @@ static PyObject *Lazy_read_rest(lazy_t *z, PyObject *unused)
     if (Py_TYPE(eng) == &Engine_Type) {
         engine_t *e = (engine_t *)eng;
         res = !engine_usable(e) ? NULL
-              : inline_read_known(e, z->fd, (Py_ssize_t)want, z->pos, 0);
+              : inline_read_known(e, z->fd, (Py_ssize_t)want, z->pos, z->size, 0);
     } else {
         res = PyObject_CallMethod(eng, "read_inline", "iLL", z->fd, want, z->pos);
     }

@@ -266,6 +266,24 @@ async def test_sizes(backend: str, tmp_path: Path, size: int) -> None:
         assert await f.tell() == size
 
 
+@pytest.mark.parametrize("size,reads", [(1000, 1), (5000, 1), (4096, 2), (8192, 2), (0, 1)])
+@pytest.mark.asyncio
+async def test_a_read_to_an_end_inside_a_page_needs_no_second_read(
+        native_backend: str, tmp_path: Path, size: int, reads: int) -> None:
+    """Asking for the size plus one byte, a short read ends at the end of the file, or where
+    the page cache stops holding it, which is a page boundary: a short read that ends at the
+    size the open saw, inside a page, is the end; at a page boundary a second read (of 0
+    bytes) proves it."""
+    p = tmp_path / "f"
+    data = os.urandom(size)
+    cached(p, data)
+    async with aionative.open(str(p), "rb") as f:
+        before = aionative.engine_stats()["syscalls"]
+        assert await f.read() == data
+        assert aionative.engine_stats()["syscalls"] - before == reads
+        assert lazy(f)
+
+
 @pytest.mark.asyncio
 async def test_a_file_that_grew_after_the_open_is_read_to_its_new_end(
         backend: str, tmp_path: Path) -> None:
