@@ -658,7 +658,8 @@ class AsyncBase(Generic[S]):
     async def close(self) -> None:
         lazy = self._lazy
         if lazy is not None and not self._busy:  # (busy: wait below for the lazy read)
-            if not lazy.close_now():  # closed: FileIO's, whatever close(2) says
+            if not lazy.close_now():
+                lazy.closed = True  # FileIO's close: closed, whatever close(2) says
                 await _k.close_fd(lazy.fd)
             return
         raw = self._raw

@@ -224,6 +224,16 @@ class _RbOpen(AiofilesContextManager[Any]):
             self._obj = obj
         return obj
 
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
+        # A lazy file closes inline without close()'s coroutine; a file opened here is never
+        # a temporary file's (no _unlink_on_exit).
+        obj, self._obj = self._obj, None
+        if obj is not None:
+            lazy = obj._lazy
+            if lazy is None or obj._busy or not lazy.close_now():
+                await obj.close()
+
     def close(self) -> None:
         self._args = None
 

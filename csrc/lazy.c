@@ -123,13 +123,14 @@ static PyObject *Lazy_read_rest(lazy_t *z, PyObject *unused)
     return got;
 }
 
-/* close_now() -> bool: mark the file closed; True if its descriptor is closed (now, inline,
- * or before), False if the caller must close it through the engine (close_fd). */
+/* close_now() -> bool: True if the descriptor is closed — inline now (the file is closed
+ * then, whatever close(2) said, as FileIO's close), or before; False if it cannot be closed
+ * inline, and nothing was done: the caller marks the file closed and closes the descriptor
+ * through the engine (close_fd). */
 static PyObject *Lazy_close_now(lazy_t *z, PyObject *unused)
 {
     if (z->closed)
         Py_RETURN_TRUE;
-    z->closed = 1;
     PyObject *eng = lazy_engine(z);
     if (!eng)
         return NULL;
@@ -139,6 +140,8 @@ static PyObject *Lazy_close_now(lazy_t *z, PyObject *unused)
         r = engine_usable(e) ? inline_close(e, z->fd, 1) : -1;
     }
     Py_DECREF(eng);
+    if (r != 0)
+        z->closed = 1;
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
@@ -276,8 +279,9 @@ static PyMethodDef Lazy_methods[] = {
      "inline; False when the budget is spent; None when the stack must read them (not "
      "cached, too large, the file grew, or closed)"},
     {"close_now", (PyCFunction)Lazy_close_now, METH_NOARGS,
-     "close_now() -> bool: mark the file closed; True if the descriptor is closed (inline, or "
-     "before), False if the caller must close it through the engine"},
+     "close_now() -> bool: True if the descriptor is closed (inline now: the file is closed, "
+     "or before); False if it cannot be closed inline (nothing done: the caller closes it "
+     "through the engine)"},
     {"settle", (PyCFunction)Lazy_settle, METH_NOARGS,
      "settle(): clear the inline open's O_NONBLOCK (before the stack is built over fd)"},
     {NULL},

@@ -155,20 +155,25 @@ async def test_the_descriptor_has_the_builtins_flags(backend: str, tmp_path: Pat
         assert await f.read() == (b"" if first == "read" else b"abc")
 
 
+@pytest.mark.parametrize("closing", ["close", "async with"])
 @pytest.mark.asyncio
-async def test_a_lazy_file_unlinked_before_its_close_is_closed(backend: str,
-                                                               tmp_path: Path) -> None:
+async def test_a_lazy_file_unlinked_before_its_close_is_closed(backend: str, tmp_path: Path,
+                                                               closing: str) -> None:
     """The last close of an unlinked file frees its blocks: never inline (the kernel queue
     or a worker closes it), and closed all the same."""
     p = tmp_path / "f"
     cached(p, b"abc" * 1000)
     deleted = Path(f"{p} (deleted)")
-    f = await aionative.open(str(p), "rb")
+    cm = aionative.open(str(p), "rb")
+    f = await cm.__aenter__()
     assert lazy(f) is expect_lazy(backend)
     p.unlink()
     assert open_fds_to(deleted) == 1
     assert await f.read() == b"abc" * 1000
-    await f.close()
+    if closing == "close":
+        await f.close()
+    else:
+        await cm.__aexit__(None, None, None)
     assert open_fds_to(deleted) == 0
     assert lazy(f) is expect_lazy(backend)  # (closed asks the stack: it builds it)
     assert f.closed
