@@ -889,12 +889,6 @@ static PyObject *Engine_open_cached(engine_t *e, PyObject *args)
     return inline_open(e, dirfd, path, flags, retry);
 }
 
-/* open_lazy(path: str, cls, loop, executor) (see lazy_open) */
-static PyObject *Engine_open_lazy(engine_t *e, PyObject *const *args, Py_ssize_t n)
-{
-    return lazy_open(e, args, n);
-}
-
 /* close_cached(fd) -> bool (see inline_close) */
 static PyObject *Engine_close_cached(engine_t *e, PyObject *arg)
 {
@@ -1466,7 +1460,7 @@ static PyMethodDef Engine_methods[] = {
      "inline when the dentry cache holds every component of the path (int: the descriptor), "
      "False when the iteration's budget is spent (yield, then try again with retry=True), "
      "None to use the kernel queue (not cached, an error, or O_CREAT/O_TRUNC/O_TMPFILE)"},
-    {"open_lazy", (PyCFunction)(void (*)(void))Engine_open_lazy, METH_FASTCALL,
+    {"open_lazy", (PyCFunction)(void (*)(void))lazy_open, METH_FASTCALL,  /* csrc/lazy.c */
      "open_lazy(path: str, cls, loop, executor) -> cls | (fd, path) | None: open(path, 'rb')'s "
      "open inline, not bounded by the budget, then fstat(2): a regular file gives a lazy "
      "instance of cls (its _lazy a LazyReader), anything else (fd, path) with O_NONBLOCK "

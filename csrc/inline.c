@@ -200,12 +200,18 @@ static int cached_open(engine_t *e, int dirfd, const char *path, int flags)
     return fd;
 }
 
-/* An open that cannot write (the kernel refuses RESOLVE_CACHED for O_CREAT, O_TRUNC and
- * O_TMPFILE: the queue opens them), done inline with O_NONBLOCK still set: the descriptor, or
- * -1 when the queue must open (not cached, an error, no openat2, or the fast path off). */
+/* Whether an open may be tried inline: the fast path is on, and the flags cannot write (the
+ * kernel refuses RESOLVE_CACHED for O_CREAT, O_TRUNC and O_TMPFILE: the queue opens them). */
+static int open_may_be_inline(engine_t *e, int flags)
+{
+    return e->budget_ns && !(flags & (O_CREAT | O_TRUNC)) && (flags & O_TMPFILE) != O_TMPFILE;
+}
+
+/* An open done inline with O_NONBLOCK still set: the descriptor, or -1 when the queue must
+ * open (not cached, an error, no openat2, flags that may write, or the fast path off). */
 int inline_open_fd(engine_t *e, int dirfd, const char *path, int flags)
 {
-    if (!e->budget_ns || flags & (O_CREAT | O_TRUNC) || (flags & O_TMPFILE) == O_TMPFILE)
+    if (!open_may_be_inline(e, flags))
         return -1;
     int fd = cached_open(e, dirfd, path, flags);
     if (fd >= 0)
@@ -215,7 +221,7 @@ int inline_open_fd(engine_t *e, int dirfd, const char *path, int flags)
 
 PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags, int retry)
 {
-    if (!e->budget_ns || flags & (O_CREAT | O_TRUNC) || (flags & O_TMPFILE) == O_TMPFILE)
+    if (!open_may_be_inline(e, flags))  /* before the budget: it is not consulted for these */
         Py_RETURN_NONE;
     int ok = inline_budget_ok(e, retry);
     if (ok <= 0)
