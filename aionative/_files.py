@@ -1177,17 +1177,21 @@ class _BinaryBase(AsyncBase[bytes]):
 
     async def _read_rest_later(self, lazy: LazyReader) -> bytes | None:
         """A lazy ``read()`` that found the budget spent: read inline on a later turn (a
-        kernel round trip costs more), the file locked meanwhile. The bytes, or None: the
-        stack must read them."""
-        want = lazy.want()
+        kernel round trip costs more), the file locked meanwhile — what
+        ``_kernelops.after_a_turn`` does, the retry in C. The bytes, or None: the stack must
+        read them."""
         self._busy = True
         try:
-            res = lazy.take(await _k.after_a_turn(lazy.engine(), "read_inline", lazy.fd, want,
-                                                  lazy.pos), want)
+            await _k.one_turn()
+            res = lazy.read_rest(True)
+            if res is False:  # refused past the retry's grace as well
+                want = lazy.want()
+                res = lazy.take(await _k.refused_queue(lazy.engine(), "read_inline", lazy.fd,
+                                                       want, lazy.pos), want)
             if res is not None and self._lazy is None:
                 # A call waiting for this one built the stack meanwhile, at the old position.
                 self._run(self._file.seek, lazy.pos)
-            return res
+            return res  # type: ignore[return-value]
         finally:
             self._busy = False
             if self._lazy is None and self._waiters:

@@ -110,7 +110,7 @@ _deferred: weakref.WeakKeyDictionary[Any, _Deferred] = weakref.WeakKeyDictionary
 
 
 @types.coroutine
-def _one_turn() -> Generator[None, None, None]:
+def one_turn() -> Generator[None, None, None]:
     """A bare yield: the task runs again on the loop's next iteration, after everything that
     was ready (asyncio.sleep(0) without its frame)."""
     yield
@@ -124,16 +124,23 @@ async def after_a_turn(eng: Any, method: str, *args: Any) -> Any:
     First once right after one turn (a bare yield: the cheapest way to let everything else
     run), as a retry, which the engine admits past the renewed budget up to a grace
     (``RETRY_GRACE`` budgets, csrc/inline.c): otherwise each task but the first to run on that
-    turn would be refused again. Refused even so, it waits in the queue of refused calls.
+    turn would be refused again. Refused even so, it waits in the queue of refused calls
+    (``refused_queue``).
 
     A result that is an ``int`` is a descriptor (``open_cached``, ``read_file``): it is closed
     if the caller is cancelled after the call ran."""
     if isinstance(eng, ThreadsEngine):
         return None
-    await _one_turn()
+    await one_turn()
     res = getattr(eng, method)(*args, True)
     if res is not False:
         return res
+    return await refused_queue(eng, method, *args)
+
+
+async def refused_queue(eng: Any, method: str, *args: Any) -> Any:
+    """``eng.<method>(*args)``, refused by the budget even as a retry: wait in the engine's
+    queue of refused calls (``_Deferred``) for a turn whose budget admits it."""
     d = _deferred.get(eng)
     if d is None:
         d = _deferred[eng] = _Deferred(eng)

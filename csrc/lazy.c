@@ -98,9 +98,19 @@ static PyObject *Lazy_take(lazy_t *z, PyObject *const *args, Py_ssize_t n)
     return lazy_take(z, args[0], want);
 }
 
-/* read_rest() -> bytes | False | None */
-static PyObject *Lazy_read_rest(lazy_t *z, PyObject *unused)
+/* read_rest(retry=False) -> bytes | False | None
+ *
+ * `retry`: an earlier read_rest() said False and the caller has let the loop turn once since;
+ * the engine admits it past the renewed budget up to its grace (inline_budget_ok). */
+static PyObject *Lazy_read_rest(lazy_t *z, PyObject *const *args, Py_ssize_t n)
 {
+    if (n > 1) {
+        PyErr_Format(PyExc_TypeError, "read_rest() takes at most 1 argument (%zd given)", n);
+        return NULL;
+    }
+    int retry = n ? PyObject_IsTrue(args[0]) : 0;
+    if (retry < 0)
+        return NULL;
     if (z->closed)
         Py_RETURN_NONE;
     PyObject *eng = lazy_engine(z);
@@ -111,7 +121,9 @@ static PyObject *Lazy_read_rest(lazy_t *z, PyObject *unused)
     if (Py_TYPE(eng) == &Engine_Type) {
         engine_t *e = (engine_t *)eng;
         res = !engine_usable(e) ? NULL
-              : inline_read_known(e, z->fd, (Py_ssize_t)want, z->pos, z->size, 0);
+              : inline_read_known(e, z->fd, (Py_ssize_t)want, z->pos, z->size, retry);
+    } else if (retry) {
+        res = Py_NewRef(Py_None);  /* another engine (the threads backend's) has no retry */
     } else {
         res = PyObject_CallMethod(eng, "read_inline", "iLL", z->fd, want, z->pos);
     }
@@ -274,10 +286,11 @@ static PyMethodDef Lazy_methods[] = {
     {"take", (PyCFunction)(void (*)(void))Lazy_take, METH_FASTCALL,
      "take(res, want) -> bytes | None: what read_inline(fd, want, pos) returned, as read_rest "
      "returns it (the position moves past the bytes)"},
-    {"read_rest", (PyCFunction)Lazy_read_rest, METH_NOARGS,
-     "read_rest() -> bytes | False | None: the bytes from the position to the end, read "
-     "inline; False when the budget is spent; None when the stack must read them (not "
-     "cached, too large, the file grew, or closed)"},
+    {"read_rest", (PyCFunction)(void (*)(void))Lazy_read_rest, METH_FASTCALL,
+     "read_rest(retry=False) -> bytes | False | None: the bytes from the position to the "
+     "end, read inline; False when the budget is spent; None when the stack must read them "
+     "(not cached, too large, the file grew, or closed). retry: said False before and the "
+     "loop has turned once since (admitted past the renewed budget up to the grace)"},
     {"close_now", (PyCFunction)Lazy_close_now, METH_NOARGS,
      "close_now() -> bool: True if the descriptor is closed (inline now: the file is closed, "
      "or before); False if it cannot be closed inline (nothing done: the caller closes it "

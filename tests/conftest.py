@@ -89,11 +89,11 @@ def ring_only() -> Iterator[None]:
 
 @pytest.fixture
 def retries_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A call the spent budget refused waits its turn (``_kernelops.after_a_turn``'s bare
+    """A call the spent budget refused waits its turn (``_kernelops.one_turn``, the bare
     yield), then finds the new iteration's budget spent past the retry's grace as well: it
     goes on to the queue of refused calls. For tests of that queue, which a retry admitted
     after one turn would otherwise bypass."""
-    turn = _kernelops._one_turn
+    turn = _kernelops.one_turn
 
     @types.coroutine
     def turn_then_spend() -> Generator[None, None, None]:
@@ -104,7 +104,7 @@ def retries_refused(monkeypatch: pytest.MonkeyPatch) -> None:
             os.close(fd)
         time.sleep(0.001)  # past RETRY_GRACE budgets of any budget these tests set
 
-    monkeypatch.setattr(_kernelops, "_one_turn", turn_then_spend)
+    monkeypatch.setattr(_kernelops, "one_turn", turn_then_spend)
 
 
 @pytest.fixture

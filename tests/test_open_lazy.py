@@ -229,6 +229,31 @@ async def test_a_read_the_budget_refused_waits_a_turn_with_the_file_locked(
 
 
 @pytest.mark.asyncio
+async def test_a_lazy_read_retried_after_a_turn_is_one_system_call(
+        native_backend: str, tiny_budget: None, tmp_path: Path) -> None:
+    """The retry of a refused lazy read is ``read_rest(True)``: it knows the descriptor (no
+    ``fcntl``) and the size (a short read inside a page is the end), as the first attempt."""
+    p, q = tmp_path / "f", tmp_path / "other"
+    data = os.urandom(50_000)
+    cached(p, data)
+    cached(q, b"x")
+    fd = os.open(q, os.O_RDONLY)
+    try:
+        eng = aionative.get_engine()
+        async with aionative.open(str(p), "rb") as f:
+            assert eng.read(fd, 1, 0) == b"x"  # an inline call: the budget is spent after it
+            before = eng.stats()
+            assert await f.read() == data
+            after = eng.stats()
+            assert lazy(f)
+    finally:
+        os.close(fd)
+    assert after["inline_retries"] - before["inline_retries"] == 1
+    assert after["submitted"] == before["submitted"]
+    assert after["syscalls"] - before["syscalls"] == 1
+
+
+@pytest.mark.asyncio
 async def test_a_read_cancelled_while_it_waits_a_turn_moves_nothing(
         refused: tuple[Path, bytes, int]) -> None:
     p, data, fd = refused
