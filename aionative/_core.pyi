@@ -1,7 +1,10 @@
 """Type stub of the native engine (csrc/)."""
 
 import asyncio
+import os
+from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Executor
+from types import TracebackType
 from typing import Any, Final, Literal, TypeVar
 
 from typing_extensions import Buffer
@@ -127,3 +130,18 @@ class LazyReader:
     def read_rest(self, retry: bool = False, /) -> bytes | bool | None: ...
     def close_now(self) -> bool: ...
     def settle(self) -> None: ...
+
+class RbOpen:
+    """What ``open(path, "rb")`` returns (registered as an ``AiofilesContextManager``): await
+    it or use it with ``async with``; the file is opened once."""
+
+    _obj: Any
+    def __await__(self) -> Generator[Any, None, Any]: ...
+    def __aenter__(self) -> Awaitable[Any]: ...
+    def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                  tb: TracebackType | None, /) -> Awaitable[None]: ...
+    def close(self) -> None: ...
+
+def rb_open(file: str | os.PathLike[str] | os.PathLike[bytes],
+            loop: asyncio.AbstractEventLoop | None, executor: Executor | None, /) -> RbOpen: ...
+def rb_setup(cls: type, rest: Callable[..., Awaitable[Any]], /) -> None: ...

@@ -17,6 +17,7 @@ import fcntl
 import io
 import os
 import stat
+from abc import ABCMeta
 from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Executor
 from operator import index
@@ -24,6 +25,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from . import _kernelops as _k
+from ._backend import _core
 from ._engine import get_engine
 from ._files import (
     AsyncBase,
@@ -89,9 +91,11 @@ def _is_fd(file: Any) -> bool:
     return isinstance(file, int) and -(1 << 31) <= file < 1 << 31
 
 
-class AiofilesContextManager(Generic[F]):
+class AiofilesContextManager(Generic[F], metaclass=ABCMeta):
     """What ``open`` returns: ``await`` it (once; again returns the same file) or use it with
-    ``async with`` (the file is closed on exit)."""
+    ``async with`` (the file is closed on exit). ``open(path, "rb")`` returns a
+    ``_core.RbOpen``, registered as one: the same behaviour in C, without a coroutine when the
+    engine opens and closes the file inline."""
 
     __slots__ = ("_coro", "_obj")
 
@@ -185,85 +189,27 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
                        nonblocking_open and flags & os.O_ACCMODE == os.O_RDONLY)
 
 
-class _RbOpen(AiofilesContextManager[Any]):
-    """What ``open(path, "rb")`` with every other argument at its default returns: an
-    :class:`AiofilesContextManager` that opens the file on ``await`` / ``async with`` by
-    calling the engine directly (``_open_rb``), with no coroutine of its own unless the file
-    needs ``open_file``'s way."""
-
-    __slots__ = ("_args",)
-
-    def __init__(self, file: str | os.PathLike[str] | os.PathLike[bytes],
-                 loop: asyncio.AbstractEventLoop | None, executor: Executor | None) -> None:
-        self._coro = None
-        self._obj = None
-        self._args: tuple[Any, Any, Any] | None = (file, loop, executor)
-
-    def _open(self) -> tuple[Any, tuple[Any, Any, Any]]:
-        """The first (and only) open: ``_open_rb``'s outcome, and the arguments."""
-        args = self._args
-        if args is None:
-            raise RuntimeError("cannot reuse already awaited coroutine")
-        self._args = None
-        return _open_rb(*args), args
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        if self._obj is None:
-            obj, args = self._open()
-            if not isinstance(obj, AsyncBase):
-                obj = yield from _open_rb_rest(obj, *args).__await__()
-            self._obj = obj
-        return self._obj
-
-    async def __aenter__(self) -> Any:
-        obj = self._obj  # what ``await self`` does, without its generator
-        if obj is None:
-            obj, args = self._open()
-            if not isinstance(obj, AsyncBase):
-                obj = await _open_rb_rest(obj, *args)
-            self._obj = obj
-        return obj
-
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
-        # A lazy file closes inline without close()'s coroutine; a file opened here is never
-        # a temporary file's (no _unlink_on_exit).
-        obj, self._obj = self._obj, None
-        if obj is not None:
-            lazy = obj._lazy
-            if lazy is None or obj._busy or not lazy.close_now():
-                await obj.close()
-
-    def close(self) -> None:
-        self._args = None
-
-
-def _open_rb(file: str | os.PathLike[str] | os.PathLike[bytes],
-             loop: asyncio.AbstractEventLoop | None,
-             executor: Executor | None) -> AsyncBase[Any] | tuple[int, str] | None:
-    """A regular file whose path the dentry cache holds is opened and ``fstat``-ed inline
-    (``Engine.open_lazy``: two system calls that cannot wait, cheaper than deferring them, so
-    not bounded by the budget; the read that follows is) and starts lazy (see
-    ``_files.AsyncBufferedReader._materialize``). Anything else is for ``_open_rb_rest``:
-    ``(fd, path)``, a directory, FIFO or device opened here (with O_NONBLOCK, as io_uring
-    opens), or None."""
-    path = file if type(file) is str else os.fspath(file)
-    eng = get_engine()
-    if type(path) is str and not isinstance(eng, ThreadsEngine):
-        return eng.open_lazy(path, AsyncBufferedReader, loop, executor)
-    return None
-
-
-async def _open_rb_rest(got: tuple[int, str] | None,
+async def _open_rb_rest(cm: Any, got: tuple[int, str] | None,
                         file: str | os.PathLike[str] | os.PathLike[bytes],
                         loop: asyncio.AbstractEventLoop | None,
                         executor: Executor | None) -> AsyncBase[Any]:
-    """``_open_rb``'s other outcomes: the file object over a non-regular file it opened, or
-    ``open_file``'s way."""
+    """What ``open(file, "rb")`` (``_core.RbOpen``) awaits when the engine could not open the
+    file lazily inline: the file object over the non-regular file it opened (``got``: the
+    descriptor and the path; a directory, FIFO or device, opened with O_NONBLOCK as io_uring
+    opens), or ``open_file``'s way (``got`` None: not cached, a bytes path, the threads
+    backend, …). Stored in ``cm._obj``: awaiting ``cm`` again returns it."""
     if got is not None:
-        return await _wrap(got[0], got[1], True, "rb", -1, None, None, None, True, loop,
-                           executor, False, True)
-    return await open_file(file, "rb", loop=loop, executor=executor)
+        f = await _wrap(got[0], got[1], True, "rb", -1, None, None, None, True, loop,
+                        executor, False, True)
+    else:
+        f = await open_file(file, "rb", loop=loop, executor=executor)
+    cm._obj = f
+    return f
+
+
+if _core is not None:
+    _core.rb_setup(AsyncBufferedReader, _open_rb_rest)
+    AiofilesContextManager.register(_core.RbOpen)
 
 
 async def _wrap(fd: int, name: Any, owned: bool, mode: str, buffering: int,
@@ -477,8 +423,8 @@ def open(file: FileArg, mode: str = "r", buffering: int = -1, encoding: str | No
     if ((type(file) is str or isinstance(file, os.PathLike)) and mode == "rb"
             and type(buffering) is int and buffering == -1
             and encoding is None and errors is None and newline is None and closefd is True
-            and opener is None and not direct):
-        return _RbOpen(file, loop, executor)
+            and opener is None and not direct and _core is not None):
+        return _core.rb_open(file, loop, executor)  # type: ignore[return-value]
     return AiofilesContextManager(open_file(file, mode, buffering, encoding, errors, newline,
                                             closefd, opener, loop=loop, executor=executor,
                                             direct=direct))

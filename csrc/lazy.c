@@ -2,7 +2,9 @@
  * (the descriptor, the position, the size), and the three calls that serve
  * `async with open(path, "rb") as f: data = await f.read()` without building it: the open
  * (Engine.open_lazy), the read to the end (LazyReader.read_rest) and the close
- * (LazyReader.close_now), each one call from Python into the inline fast path.
+ * (LazyReader.close_now), each one call from Python into the inline fast path; and RbOpen,
+ * what open(path, "rb") returns, whose `async with` / `await` makes the open call and whose
+ * exit makes the close call, with no coroutine of their own when both run inline.
  *
  * The descriptor keeps the O_NONBLOCK of the inline open until the stack is built
  * (LazyReader.settle): the reads here are preadv2(RWF_NOWAIT), which it does not change, and
@@ -32,19 +34,25 @@ typedef struct {
     char nonblock;        /* the inline open's O_NONBLOCK is still set */
 } lazy_t;
 
-static PyObject *str_lazy, *get_engine_fn, *empty_tuple;
+static PyObject *str_lazy, *str_busy, *str_close, *get_engine_fn, *empty_tuple;
 
 /* ---------------------------------------------------------------- the engine */
 
-/* The engine that opened the file while its loop runs and it is open; else the running
- * loop's (aionative._engine.get_engine(): close_engine(), or the file used from another
- * loop). A new reference. */
-static PyObject *lazy_engine(lazy_t *z)
+static PyObject *last_engine;  /* a weak reference to the engine get_engine() last returned */
+
+/* The running loop's engine (aionative._engine.get_engine()), without calling it while the
+ * engine it last returned still serves the running loop on this thread. A new reference. */
+static PyObject *running_engine(void)
 {
-    engine_t *e = (engine_t *)z->eng;
     PyObject *loop = running_loop_borrowed();
-    if (loop && !e->closed && e->loop_ref && PyWeakref_GetObject(e->loop_ref) == loop)
-        return Py_NewRef(z->eng);
+    if (loop && last_engine) {
+        engine_t *e = (engine_t *)PyWeakref_GetObject(last_engine);
+        if ((PyObject *)e != Py_None && !e->closed && e->loop_ref &&
+                PyWeakref_GetObject(e->loop_ref) == loop &&
+                e->owner_thread == PyThread_get_thread_ident() &&
+                e->fork_gen == engine_fork_generation)
+            return Py_NewRef((PyObject *)e);
+    }
     if (!get_engine_fn) {
         PyObject *mod = PyImport_ImportModule("aionative._engine");
         if (!mod)
@@ -54,7 +62,27 @@ static PyObject *lazy_engine(lazy_t *z)
         if (!get_engine_fn)
             return NULL;
     }
-    return PyObject_CallNoArgs(get_engine_fn);
+    PyObject *eng = PyObject_CallNoArgs(get_engine_fn);
+    if (eng && Py_TYPE(eng) == &Engine_Type) {
+        PyObject *ref = PyWeakref_NewRef(eng, NULL);
+        if (!ref) {
+            Py_DECREF(eng);
+            return NULL;
+        }
+        Py_XSETREF(last_engine, ref);
+    }
+    return eng;
+}
+
+/* The engine that opened the file while its loop runs and it is open; else the running
+ * loop's (close_engine(), or the file used from another loop). A new reference. */
+static PyObject *lazy_engine(lazy_t *z)
+{
+    engine_t *e = (engine_t *)z->eng;
+    PyObject *loop = running_loop_borrowed();
+    if (loop && !e->closed && e->loop_ref && PyWeakref_GetObject(e->loop_ref) == loop)
+        return Py_NewRef(z->eng);
+    return running_engine();
 }
 
 static long long lazy_want(lazy_t *z)
@@ -326,10 +354,308 @@ PyTypeObject LazyReader_Type = {
     .tp_members = Lazy_members,
 };
 
+/* ---------------------------------------------------------------- ready */
+
+/* An awaitable whose await returns `value` at once, without suspending: what RbOpen's
+ * __aenter__, __aexit__ and __await__ return when the engine did the work inline. Its own
+ * iterator; the first step ends it. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *value;  /* NULL once returned */
+} ready_t;
+
+static PyTypeObject Ready_Type;
+
+static PyObject *ready_new(PyObject *value)
+{
+    ready_t *r = PyObject_New(ready_t, &Ready_Type);
+    if (r)
+        r->value = Py_NewRef(value);
+    return (PyObject *)r;
+}
+
+static void Ready_dealloc(ready_t *r)
+{
+    Py_XDECREF(r->value);
+    PyObject_Free(r);
+}
+
+static PyObject *Ready_self(PyObject *r)
+{
+    return Py_NewRef(r);
+}
+
+static PyObject *Ready_next(ready_t *r)
+{
+    PyObject *v = r->value;
+    if (!v)
+        return NULL;  /* exhausted: StopIteration */
+    r->value = NULL;
+    if (v != Py_None) {
+        /* StopIteration(v): as its only argument, even if v is a tuple or an exception */
+        PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, v);
+        if (stop) {
+            PyErr_SetObject(PyExc_StopIteration, stop);
+            Py_DECREF(stop);
+        }
+    }
+    Py_DECREF(v);
+    return NULL;
+}
+
+static PyAsyncMethods Ready_async = {.am_await = Ready_self};
+
+static PyTypeObject Ready_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aionative._core.Ready",
+    .tp_doc = "An awaitable that returns its value at once (RbOpen's, when done inline).",
+    .tp_basicsize = sizeof(ready_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)Ready_dealloc,
+    .tp_as_async = &Ready_async,
+    .tp_iter = Ready_self,
+    .tp_iternext = (iternextfunc)Ready_next,
+};
+
+/* ---------------------------------------------------------------- RbOpen */
+
+/* What open(path, "rb") returns with every other argument at its default: aiofiles'
+ * AiofilesContextManager for that case (registered as one). `await` / `async with` open the
+ * file once (again: the same file): a regular file the dentry cache holds opens lazily inline
+ * (lazy_open); anything else goes to the Python coroutine rb_setup() named, which builds the
+ * file object and stores it in _obj. The exit closes a lazy file inline (close_now), else
+ * awaits its close(). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *file;       /* open()'s file, loop and executor, until the open (then NULL) */
+    PyObject *loop;
+    PyObject *executor;
+    PyObject *obj;        /* the file once opened; NULL again after the exit */
+} rbopen_t;
+
+static PyTypeObject RbOpen_Type;
+static PyObject *rb_cls, *rb_rest;  /* set by rb_setup(): AsyncBufferedReader, its way */
+
+/* rb_open(file, loop, executor) -> RbOpen */
+static PyObject *rb_open(PyObject *mod, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 3) {
+        PyErr_Format(PyExc_TypeError, "rb_open() takes exactly 3 arguments (%zd given)", n);
+        return NULL;
+    }
+    if (!rb_cls) {
+        PyErr_SetString(PyExc_RuntimeError, "rb_open() before rb_setup()");
+        return NULL;
+    }
+    rbopen_t *cm = PyObject_GC_New(rbopen_t, &RbOpen_Type);
+    if (!cm)
+        return NULL;
+    cm->file = Py_NewRef(args[0]);
+    cm->loop = Py_NewRef(args[1]);
+    cm->executor = Py_NewRef(args[2]);
+    cm->obj = NULL;
+    PyObject_GC_Track(cm);
+    return (PyObject *)cm;
+}
+
+/* rb_setup(cls, rest): the file class a lazy open makes, and the coroutine function
+ * rest(cm, got, file, loop, executor) for every other outcome (`got`: lazy_open's (fd, path)
+ * or None), which sets cm._obj to the file it returns. */
+static PyObject *rb_setup(PyObject *mod, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 2 || !PyType_Check(args[0]) || !PyCallable_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "rb_setup(cls: type, rest: callable)");
+        return NULL;
+    }
+    Py_XSETREF(rb_cls, Py_NewRef(args[0]));
+    Py_XSETREF(rb_rest, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+/* The open, for __aenter__ (an awaitable) and __await__ (its iterator). */
+static PyObject *rb_enter(rbopen_t *cm, int iterator)
+{
+    if (cm->obj && cm->obj != Py_None)  /* (_obj set to None from Python: no file) */
+        return ready_new(cm->obj);
+    if (!cm->file) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return NULL;
+    }
+    PyObject *file = cm->file, *loop = cm->loop, *executor = cm->executor;  /* owned here */
+    cm->file = cm->loop = cm->executor = NULL;
+    PyObject *res = NULL, *got = NULL;
+    PyObject *path = PyUnicode_CheckExact(file) ? Py_NewRef(file) : PyOS_FSPath(file);
+    if (!path)
+        goto done;
+    if (PyUnicode_CheckExact(path)) {  /* (a bytes path-like: open_file's way) */
+        PyObject *eng = running_engine();
+        if (!eng)
+            goto done;
+        if (Py_TYPE(eng) == &Engine_Type) {  /* (the threads backend: open_file's way) */
+            PyObject *a[4] = {path, rb_cls, loop, executor};
+            got = lazy_open((engine_t *)eng, a, 4);
+        }
+        Py_DECREF(eng);
+        if (!got && PyErr_Occurred())
+            goto done;
+    }
+    if (got && Py_TYPE(got) == (PyTypeObject *)rb_cls) {
+        cm->obj = got;
+        got = NULL;
+        res = ready_new(cm->obj);
+        goto done;
+    }
+    PyObject *a[5] = {(PyObject *)cm, got ? got : Py_None, file, loop, executor};
+    PyObject *coro = PyObject_Vectorcall(rb_rest, a, 5, NULL);
+    if (!coro && got && PyTuple_CheckExact(got))
+        close(PyLong_AsLong(PyTuple_GET_ITEM(got, 0)));  /* the descriptor lazy_open opened */
+    if (!coro || !iterator) {
+        res = coro;
+    } else {
+        unaryfunc await = Py_TYPE(coro)->tp_as_async ? Py_TYPE(coro)->tp_as_async->am_await
+                                                     : NULL;
+        res = await ? await(coro) : PyErr_Format(PyExc_TypeError, "%R is not awaitable", coro);
+        Py_DECREF(coro);
+    }
+done:
+    Py_XDECREF(got);
+    Py_XDECREF(path);
+    Py_DECREF(file);
+    Py_DECREF(loop);
+    Py_DECREF(executor);
+    return res;
+}
+
+static PyObject *RbOpen_await(rbopen_t *cm)
+{
+    return rb_enter(cm, 1);
+}
+
+static PyObject *RbOpen_aenter(rbopen_t *cm, PyObject *unused)
+{
+    return rb_enter(cm, 0);
+}
+
+/* __aexit__(exc_type, exc, tb): a lazy file no other call is using closes inline now;
+ * otherwise the file's close() coroutine. */
+static PyObject *RbOpen_aexit(rbopen_t *cm, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 3) {
+        PyErr_Format(PyExc_TypeError, "__aexit__() takes exactly 3 arguments (%zd given)", n);
+        return NULL;
+    }
+    PyObject *obj = cm->obj;  /* owned here */
+    cm->obj = NULL;
+    if (!obj || obj == Py_None) {
+        Py_XDECREF(obj);
+        return ready_new(Py_None);
+    }
+    PyObject *res = NULL;
+    PyObject *lazy = PyObject_GetAttr(obj, str_lazy);
+    if (!lazy)
+        goto done;
+    int closed = 0;
+    if (Py_TYPE(lazy) == &LazyReader_Type) {
+        PyObject *busy = PyObject_GetAttr(obj, str_busy);
+        int b = busy ? PyObject_IsTrue(busy) : -1;
+        Py_XDECREF(busy);
+        PyObject *r = b ? NULL : Lazy_close_now((lazy_t *)lazy, NULL);
+        closed = r == Py_True;
+        Py_XDECREF(r);
+        if (b < 0 || (!b && !r)) {
+            Py_DECREF(lazy);
+            goto done;
+        }
+    }
+    Py_DECREF(lazy);
+    res = closed ? ready_new(Py_None) : PyObject_CallMethodNoArgs(obj, str_close);
+done:
+    Py_DECREF(obj);
+    return res;
+}
+
+/* close(): forget the arguments of an open never awaited (nothing was opened). */
+static PyObject *RbOpen_close(rbopen_t *cm, PyObject *unused)
+{
+    Py_CLEAR(cm->file);
+    Py_CLEAR(cm->loop);
+    Py_CLEAR(cm->executor);
+    Py_RETURN_NONE;
+}
+
+static int RbOpen_traverse(rbopen_t *cm, visitproc visit, void *arg)
+{
+    Py_VISIT(cm->file);
+    Py_VISIT(cm->loop);
+    Py_VISIT(cm->executor);
+    Py_VISIT(cm->obj);
+    return 0;
+}
+
+static int RbOpen_clear(rbopen_t *cm)
+{
+    RbOpen_close(cm, NULL);
+    Py_CLEAR(cm->obj);
+    return 0;
+}
+
+static void RbOpen_dealloc(rbopen_t *cm)
+{
+    PyObject_GC_UnTrack(cm);
+    RbOpen_clear(cm);
+    PyObject_GC_Del(cm);
+}
+
+static PyMethodDef RbOpen_methods[] = {
+    {"__aenter__", (PyCFunction)RbOpen_aenter, METH_NOARGS,
+     "the file, opened on the first entry or await (inline when it can be)"},
+    {"__aexit__", (PyCFunction)(void (*)(void))RbOpen_aexit, METH_FASTCALL,
+     "close the file (inline when it is lazy and idle)"},
+    {"close", (PyCFunction)RbOpen_close, METH_NOARGS,
+     "close(): forget an open never awaited (nothing was opened)"},
+    {NULL},
+};
+
+static PyMemberDef RbOpen_members[] = {
+    {"_obj", T_OBJECT, offsetof(rbopen_t, obj), 0, "the file once opened"},
+    {NULL},
+};
+
+static PyAsyncMethods RbOpen_async = {.am_await = (unaryfunc)RbOpen_await};
+
+static PyTypeObject RbOpen_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aionative._core.RbOpen",
+    .tp_doc = "What open(path, \"rb\") returns (an AiofilesContextManager): await it or use "
+              "it with async with.",
+    .tp_basicsize = sizeof(rbopen_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)RbOpen_dealloc,
+    .tp_traverse = (traverseproc)RbOpen_traverse,
+    .tp_clear = (inquiry)RbOpen_clear,
+    .tp_as_async = &RbOpen_async,
+    .tp_methods = RbOpen_methods,
+    .tp_members = RbOpen_members,
+};
+
+static PyMethodDef lazy_functions[] = {
+    {"rb_open", (PyCFunction)(void (*)(void))rb_open, METH_FASTCALL,
+     "rb_open(file, loop, executor) -> RbOpen: what open(file, \"rb\") returns"},
+    {"rb_setup", (PyCFunction)(void (*)(void))rb_setup, METH_FASTCALL,
+     "rb_setup(cls, rest): the file class of a lazy open and the coroutine function "
+     "rest(cm, got, file, loop, executor) for the other outcomes"},
+    {NULL},
+};
+
 int lazy_module_init(PyObject *m)
 {
     if (!(str_lazy = PyUnicode_InternFromString("_lazy")) ||
-        !(empty_tuple = PyTuple_New(0)) || PyType_Ready(&LazyReader_Type) < 0)
+        !(str_busy = PyUnicode_InternFromString("_busy")) ||
+        !(str_close = PyUnicode_InternFromString("close")) ||
+        !(empty_tuple = PyTuple_New(0)) || PyType_Ready(&LazyReader_Type) < 0 ||
+        PyType_Ready(&Ready_Type) < 0 || PyType_Ready(&RbOpen_Type) < 0 ||
+        PyModule_AddFunctions(m, lazy_functions) < 0 ||
+        PyModule_AddObjectRef(m, "RbOpen", (PyObject *)&RbOpen_Type) < 0)
         return -1;
     return PyModule_AddObjectRef(m, "LazyReader", (PyObject *)&LazyReader_Type);
 }

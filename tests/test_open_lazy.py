@@ -16,7 +16,9 @@ import asyncio
 import errno
 import fcntl
 import gc
+import inspect
 import os
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -374,6 +376,80 @@ async def test_what_open_returns_is_awaited_once_and_reused(backend: str, tmp_pa
     never = aionative.open(str(p), mode)
     del never  # no "never awaited" warning (warnings are errors here), nothing opened
     gc.collect()
+    assert open_fds_to(p) == fds
+
+
+@pytest.mark.asyncio
+async def test_an_rb_open_served_inline_runs_no_coroutine(backend: str, tmp_path: Path) -> None:
+    """What makes the common case cheap (``_core.RbOpen``): when the engine opens and closes
+    the file inline, ``__aenter__``, ``__await__`` and ``__aexit__`` return awaitables that
+    finish at once, not coroutines. On the threads backend (no inline open) they are the
+    coroutines of ``open_file`` and ``close()``; the file is the same either way."""
+    p = tmp_path / "f"
+    cached(p, b"abc")
+    fds = open_fds_to(p)
+    inline = expect_lazy(backend)
+    cm = aionative.open(str(p), "rb")
+    enter = cm.__aenter__()
+    assert inspect.iscoroutine(enter) is not inline
+    f = await enter
+    assert lazy(f) is inline
+    assert cm._obj is f
+    again = cm.__await__()  # the same file, at once, on every backend
+    with pytest.raises(StopIteration) as stop:
+        next(again)
+    assert stop.value.value is f
+    leave = cm.__aexit__(None, None, None)
+    assert inspect.iscoroutine(leave) is not inline
+    assert await leave is None
+    assert f.closed and cm._obj is None and open_fds_to(p) == fds
+    if inline:
+        first = aionative.open(str(p), "rb").__await__()
+        with pytest.raises(StopIteration) as stop:
+            next(first)  # opened without suspending
+        g = stop.value.value
+        assert lazy(g) and await g.read() == b"abc"
+        await g.close()
+    assert open_fds_to(p) == fds
+
+
+def test_an_rb_open_uses_the_running_loops_engine(native_backend: str,
+                                                  loop: asyncio.AbstractEventLoop,
+                                                  tmp_path: Path) -> None:
+    """``RbOpen`` reuses the engine ``get_engine()`` last returned only while it serves the
+    running loop on this thread: another loop (the first one's engine still open), a closed
+    engine, or another thread's loop each get their own engine."""
+    p = tmp_path / "f"
+    cached(p, b"abc")
+    fds = open_fds_to(p)
+
+    async def open_read() -> tuple[Any, Any]:
+        async with aionative.open(str(p), "rb") as f:
+            assert lazy(f) and await f.read() == b"abc"
+            return f._lazy.engine(), aionative.get_engine()
+
+    async def after_close_engine() -> tuple[Any, Any]:
+        aionative.close_engine()
+        return await open_read()
+
+    other = type(loop)()
+    try:
+        first, running = loop.run_until_complete(open_read())
+        assert first is running
+        second, running = other.run_until_complete(open_read())
+        assert second is running and second is not first and not first.closed
+        assert loop.run_until_complete(open_read())[0] is first
+        third, running = loop.run_until_complete(after_close_engine())
+        assert third is running and third is not first and first.closed
+        seen: list[tuple[Any, Any]] = []
+        th = threading.Thread(target=lambda: seen.append(asyncio.run(open_read())))
+        th.start()
+        th.join()
+        assert len(seen) == 1 and seen[0][0] is seen[0][1] and seen[0][0] is not third
+        assert loop.run_until_complete(open_read())[0] is third
+    finally:
+        other.run_until_complete(other.shutdown_asyncgens())
+        other.close()
     assert open_fds_to(p) == fds
 
 
