@@ -206,6 +206,9 @@ typedef struct engine {
     uint64_t budget_ns;       /* 0: the fast path is off */
     uint64_t window_start;
     int budget_spent;
+    uint64_t local_mnt;       /* the unique id (statx STATX_MNT_ID_UNIQUE) of the mount an
+                               * inline close last found local (local_fs), 0 for none: a
+                               * mount's filesystem never changes and its id is never reused */
     unsigned capacity;        /* most operations with the kernel at once */
     /* slot table */
     op_t **blocks;

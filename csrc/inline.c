@@ -141,19 +141,46 @@ int inline_empty_readinto(engine_t *e, int fd, int64_t off)
     return empty_read(e, fd, off, 1);
 }
 
+#ifndef STATX_MNT_ID_UNIQUE
+#define STATX_MNT_ID_UNIQUE 0x00004000U  /* Linux 6.8 */
+#endif
+
 /* Filesystems whose close(2) of a file opened read-only never waits: no ->flush method
  * (io_uring sends a close to a worker when the file has one: NFS, FUSE, CIFS, overlayfs). */
-static int local_fs(int fd)
+static int local_fs(engine_t *e, int fd)
 {
     static const long known[] = {EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC,
                                  TMPFS_MAGIC, F2FS_SUPER_MAGIC, RAMFS_MAGIC};
     struct statfs sf;
+    e->st.syscalls++;
     if (fstatfs(fd, &sf) < 0)
         return 0;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if ((long)sf.f_type == known[i])
             return 1;
     return 0;
+}
+
+/* statx of a descriptor for `mask` and the mount's unique id (Linux 6.8; without it, no id).
+ * Never waits for a remote server (AT_STATX_DONT_SYNC): a remote file is not local_mount's. */
+static int fd_statx(engine_t *e, int fd, unsigned mask, struct statx *sx)
+{
+    e->st.syscalls++;
+    return statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, mask | STATX_MNT_ID_UNIQUE, sx);
+}
+
+/* local_fs for the descriptor fd_statx described, asked only for a mount not found local
+ * before: the mount's filesystem never changes, and its unique id is never reused. */
+static int local_mount(engine_t *e, int fd, const struct statx *sx)
+{
+    int unique = (sx->stx_mask & STATX_MNT_ID_UNIQUE) != 0;
+    if (unique && sx->stx_mnt_id == e->local_mnt)
+        return 1;
+    if (!local_fs(e, fd))
+        return 0;
+    if (unique)
+        e->local_mnt = sx->stx_mnt_id;
+    return 1;
 }
 
 /* Clear the O_NONBLOCK an inline open set (io_uring opens inline with it and clears it the
@@ -240,11 +267,14 @@ int inline_close(engine_t *e, int fd, int rdonly_regular)
      * close, queueing it means a worker thread. */
     if (!e->budget_ns)
         return 0;
-    struct stat st;
-    e->st.syscalls += rdonly_regular ? 1 : 2;
+    /* The last close of an unlinked file frees it: not inline. */
+    struct statx sx;
+    if (!rdonly_regular)
+        e->st.syscalls++;
     int fl = fault_hit(FP_INLINE) ? -1 : rdonly_regular ? O_RDONLY : fcntl(fd, F_GETFL);
-    if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-        st.st_nlink == 0 || !local_fs(fd))
+    if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY ||
+        fd_statx(e, fd, STATX_TYPE | STATX_NLINK, &sx) < 0 || !S_ISREG(sx.stx_mode) ||
+        sx.stx_nlink == 0 || !local_mount(e, fd, &sx))
         return 0;
     e->st.syscalls++;
     e->st.inline_hits++;
@@ -266,21 +296,20 @@ PyObject *inline_read_file(engine_t *e, int dirfd, const char *path, int retry)
     int fd = cached_open(e, dirfd, path, O_RDONLY | O_NOCTTY);
     if (fd < 0)
         Py_RETURN_NONE;  /* not cached, an error, or no openat2 (< 5.6): the queue decides */
-    struct stat st;
-    e->st.syscalls += 2;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size >= INLINE_MAX ||
-        !local_fs(fd))
+    struct statx sx;
+    if (fd_statx(e, fd, STATX_TYPE | STATX_SIZE, &sx) < 0 || !S_ISREG(sx.stx_mode) ||
+        sx.stx_size >= INLINE_MAX || !local_mount(e, fd, &sx))
         return handoff(e, fd, 0);
+    int64_t size = (int64_t)sx.stx_size;
     /* One byte more than the size: a short read proves the end of the file. */
-    PyObject *bytes = PyBytes_FromStringAndSize(NULL, st.st_size + 1);
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, size + 1);
     if (!bytes) {
         close(fd);
         return NULL;
     }
     uint64_t got = 0;
-    if (!inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)st.st_size + 1, 0,
-                     (int64_t)st.st_size, &got) ||
-        got > (uint64_t)st.st_size) {
+    if (!inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)size + 1, 0, size, &got) ||
+        got > (uint64_t)size) {
         Py_DECREF(bytes);  /* not all cached, or the file grew: the caller reads it */
         return handoff(e, fd, 0);
     }

@@ -770,6 +770,37 @@ async def test_close_cached_closes_only_what_cannot_wait(native_backend: str,
         os.close(extra)
 
 
+def _kernel_at_least(major: int, minor: int) -> bool:
+    release = os.uname().release.split("-")[0].split(".")
+    return (int(release[0]), int(release[1])) >= (major, minor)
+
+
+@pytest.mark.asyncio
+async def test_close_cached_asks_the_filesystem_once_a_mount(native_backend: str,
+                                                             wide_budget: None,
+                                                             tmp_path: Path) -> None:
+    """Whether a filesystem's close may wait (``fstatfs``) is asked once per mount: the
+    mount's unique id (statx ``STATX_MNT_ID_UNIQUE``, Linux 6.8) is remembered. A file on
+    another mount whose close may wait (procfs, not a known local filesystem) is still asked,
+    and not closed inline."""
+    eng = _core_engine()
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    counts = []
+    for _ in range(3):
+        fd = os.open(path, os.O_RDONLY)
+        before = eng.stats()["syscalls"]
+        assert eng.close_cached(fd) is True
+        counts.append(eng.stats()["syscalls"] - before)
+    # fcntl, statx, fstatfs, close; then without the fstatfs
+    assert counts == ([4, 3, 3] if _kernel_at_least(6, 8) else [4, 4, 4])
+    fd = os.open("/proc/version", os.O_RDONLY)  # a regular file, on procfs
+    before = eng.stats()["syscalls"]
+    assert eng.close_cached(fd) is False
+    assert eng.stats()["syscalls"] - before == 3  # fcntl, statx, fstatfs
+    os.close(fd)
+
+
 @pytest.mark.asyncio
 async def test_closing_a_closed_descriptor_says_ebadf(backend: str, tmp_path: Path) -> None:
     aionative.get_engine()  # its descriptors first: none may take the closed one's number
