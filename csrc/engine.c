@@ -185,10 +185,32 @@ static void engine_fill(engine_t *e)
     }
 }
 
+static void engine_pump(engine_t *e);
+
+/* Operations prepared during a loop iteration reach the kernel in one system call, at the
+ * iteration's flush. While the kernel holds operations that did not complete inside their
+ * submission (`deep`: a device or a worker has them), that holds a whole iteration's worth
+ * of reads back while the device may be idle: a device that answers a batch at once
+ * (virtio-blk) then runs in lock step with the loop, its queue empty while the loop handles
+ * the batch. So a read that brings the prepared operations to EARLY_SUBMIT sends them at once
+ * (W2, O_DIRECT 4 KiB at depth 64: 60k -> 84k reads/s here). Cached reads complete inside the
+ * submission: not deep. Writes do not trigger it: buffered ones go to kernel workers, where
+ * starting early gains nothing and the extra system calls cost (W5). */
+#define EARLY_SUBMIT 2
+
 static void engine_enqueue(engine_t *e, uint32_t idx)
 {
-    if (e->waiting || op_to_kernel(e, idx) < 0)
+    if (e->waiting || op_to_kernel(e, idx) < 0) {
         wait_push(e, idx);
+        return;
+    }
+    uint8_t kind = engine_slot(e, idx)->kind;
+    if (e->deep && !e->busy && (kind == OP_READ || kind == OP_READINTO) &&
+            e->ops->unaccepted(e) >= EARLY_SUBMIT) {
+        e->busy++;  /* (nothing here runs Python code that could close the engine) */
+        engine_pump(e);
+        e->busy--;
+    }
 }
 
 /* Submit everything prepared and everything waiting that fits. */
@@ -1092,14 +1114,17 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
     int ok = engine_callback_ok(e);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
-    if (!e->in_kernel && !e->waiting)
+    if (!e->in_kernel && !e->waiting) {
+        e->deep = 0;
         Py_RETURN_NONE;  /* only reopened the budget: nothing to submit or reap */
+    }
     e->busy++;
     engine_pump(e);
     /* Cached buffered reads complete inside the submitting call: reap them now rather than
      * after an eventfd round trip through the loop's selector. */
     e->ops->reap(e, REAP_AFTER_SUBMIT);
     engine_pump(e);
+    e->deep = e->in_kernel > 0;
     return engine_leave(e);
 }
 

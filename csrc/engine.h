@@ -199,6 +199,8 @@ typedef struct engine {
     PyObject *weakrefs;       /* the registry holds engines weakly: the loop's reader keeps
                                * an engine alive exactly as long as the loop is open */
     int flush_scheduled;
+    int deep;                 /* the last flush left operations with the kernel (a device or a
+                               * worker has them): submit every EARLY_SUBMIT (engine_enqueue) */
     /* Cooperative budget of the inline fast path: reads that complete inside the call never
      * return to the loop, so they may run for `budget_ns` of wall time per loop iteration.
      * `window_start` is when the first of them ran (0: none since the last iteration began);

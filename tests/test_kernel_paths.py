@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import mmap
 import os
 import random
 import threading
@@ -126,3 +127,61 @@ async def test_sustained_hot_reads_never_stall(native_backend: str, tmp_path: Pa
     finally:
         os.close(fd)
     assert reads > 10_000
+
+
+def _direct_file(tmp_path: Path, size: int) -> tuple[int, bytes]:
+    """A file of `size` random bytes, opened O_DIRECT (its reads go to the device)."""
+    data = os.urandom(size)
+    path = tmp_path / "direct"
+    path.write_bytes(data)
+    return os.open(path, os.O_RDONLY | os.O_DIRECT), data
+
+
+async def _learn(fd: int) -> None:
+    """One read first: on Linux AIO the first read of a descriptor tries RWF_NOWAIT, which an
+    O_DIRECT read refuses (EAGAIN), and is submitted again; the engine remembers it."""
+    buf = mmap.mmap(-1, 4096)
+    try:
+        assert await aionative.preadinto(fd, buf, 0) == 4096
+    finally:
+        buf.close()
+    await asyncio.sleep(0.005)
+
+
+async def test_reads_a_device_holds_are_submitted_two_at_a_time(native_backend: str,
+                                                               ring_only: None,
+                                                               tmp_path: Path) -> None:
+    """Reads prepared in a loop iteration go to the kernel together at its flush. Once a flush
+    leaves reads with the kernel (O_DIRECT: the device has them), the engine is deep until the
+    next flush: every two go at once, so the device starts on the first while the loop
+    prepares the rest (``EARLY_SUBMIT``, csrc/engine.c). Cached reads (queued here: the
+    inline path is off) complete inside their submission and leave it shallow."""
+    fd, data = _direct_file(tmp_path, 1 << 20)
+    cached = os.urandom(1 << 20)
+    (tmp_path / "cached").write_bytes(cached)
+    cfd = os.open(tmp_path / "cached", os.O_RDONLY)
+    os.pread(cfd, 1 << 20, 0)
+    bufs = [mmap.mmap(-1, 4096) for _ in range(8)]
+    offs = [i * 65536 for i in range(8)]
+
+    async def one_round(fd: int, data: bytes) -> int:
+        before = aionative.engine_stats()["batches"]
+        got = await asyncio.gather(*(aionative.preadinto(fd, b, o) for b, o in zip(bufs, offs)))
+        assert got == [4096] * 8
+        assert [bytes(b) for b in bufs] == [data[o:o + 4096] for o in offs]
+        return aionative.engine_stats()["batches"] - before
+
+    try:
+        await _learn(fd)
+        await one_round(cfd, cached)  # its flush finds nothing left with the kernel
+        assert await one_round(cfd, cached) == 1
+        assert await one_round(fd, data) == 1  # shallow: one batch, which the device keeps
+        assert await one_round(fd, data) == 4  # deep
+        await one_round(cfd, cached)
+        assert await one_round(cfd, cached) == 1
+    finally:
+        os.close(fd)
+        os.close(cfd)
+        for b in bufs:
+            b.close()
+
