@@ -1099,8 +1099,19 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
     e->st.wakeups++;
     e->window_start = 0;  /* the loop has polled: a new inline budget */
     e->budget_spent = 0;
-    eventfd_clear(e);
-    e->ops->reap(e, 0);
+    if (e->ops->pending) {
+        /* io_uring: running completion work posts completions, which signals the eventfd
+         * again (DEFER_TASKRUN: once for the work, once for its completions). Cleared after
+         * the reap, that second signal makes no second wake-up for nothing; a completion
+         * that came in between is still pending() (the kernel marks it before signalling). */
+        e->ops->reap(e, 0);
+        eventfd_clear(e);
+        if (e->ops->pending(e))
+            e->ops->reap(e, 0);
+    } else {
+        eventfd_clear(e);  /* Linux AIO: a signal per completion, the ring read by io_getevents */
+        e->ops->reap(e, 0);
+    }
     engine_pump(e);
     return engine_leave(e);
 }

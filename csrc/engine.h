@@ -133,6 +133,9 @@ typedef struct backend_ops {
     int (*reap)(struct engine *e, int flags);
     /* Prepared pieces the kernel has not accepted yet. */
     unsigned (*unaccepted)(struct engine *e);
+    /* Whether completions may wait to be reaped (checked after the eventfd is cleared; NULL:
+     * the backend's eventfd is cleared before reaping instead, see Engine_on_ready). */
+    int (*pending)(struct engine *e);
     /* Take back every unaccepted piece, finishing its operation with `err`. */
     void (*unprep)(struct engine *e, int err);
     /* Ask the kernel to cancel an operation; best effort. */

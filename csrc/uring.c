@@ -458,6 +458,14 @@ static unsigned u_unaccepted(engine_t *e)
     return r->sq_local_tail - __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
 }
 
+static int u_pending(engine_t *e)
+{
+    uring_t *r = &e->b.ring;
+    return *r->cq_head != __atomic_load_n(r->cq_tail, __ATOMIC_ACQUIRE) ||
+           (__atomic_load_n(r->sq_flags, __ATOMIC_ACQUIRE) &
+            (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW));
+}
+
 static void u_unprep(engine_t *e, int err)
 {
     uring_t *r = &e->b.ring;
@@ -543,6 +551,7 @@ const backend_ops uring_ops = {
     .submit = u_submit,
     .reap = u_reap,
     .unaccepted = u_unaccepted,
+    .pending = u_pending,
     .unprep = u_unprep,
     .cancel = u_cancel,
     .destroy = u_destroy,

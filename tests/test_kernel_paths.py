@@ -185,3 +185,22 @@ async def test_reads_a_device_holds_are_submitted_two_at_a_time(native_backend: 
         for b in bufs:
             b.close()
 
+
+async def test_a_read_the_device_completes_wakes_the_loop_once(native_backend: str,
+                                                              tmp_path: Path) -> None:
+    """One O_DIRECT read, one wake-up. On io_uring with DEFER_TASKRUN, running a completion's
+    work signals the eventfd a second time; the engine clears the eventfd after reaping, so
+    that signal makes no second wake-up for nothing."""
+    fd, data = _direct_file(tmp_path, 64 << 10)
+    buf = mmap.mmap(-1, 4096)
+    try:
+        await _learn(fd)
+        for i in range(5):
+            before = aionative.engine_stats()["wakeups"]
+            assert await aionative.preadinto(fd, buf, i * 4096) == 4096
+            assert bytes(buf) == data[i * 4096:(i + 1) * 4096]
+            await asyncio.sleep(0.005)  # a second wake-up would have come by now
+            assert aionative.engine_stats()["wakeups"] - before == 1
+    finally:
+        os.close(fd)
+        buf.close()
