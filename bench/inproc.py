@@ -24,6 +24,10 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         W1's reads by N tasks and W6's 1 ms ticker on the asyncio loop for 1 s: the loop
         iterations' durations (``_run_once`` timed), the callbacks each starts with, and the
         ticker's lateness.
+    python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
+        W2's O_DIRECT random 4 KiB ``aionative.preadinto``s of W1's file by N tasks: reads/s,
+        CPU µs a read, and the engine's submission batches, system calls and eventfd wake-ups
+        a read (how the reads reach the device and how their completions come back).
 
 Needs ``make bench`` (or ``python -m bench --workloads W1 W4``) to have created the data in
 ``bench/.data``.
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import mmap
 import os
 import random
 import resource
@@ -263,11 +268,47 @@ async def w6_turns(n: int) -> None:
           f" / p99 {pct(late, .99):.3f} / max {max(late) * 1e3:.3f} ({len(late)} ticks)")
 
 
+async def _w2_cell(fd: int, blocks: int, n: int, seconds: float) -> None:
+    stop, done = [False], [0]
+
+    async def reader(k: int) -> None:
+        buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT needs
+        rnd = random.Random(k)
+        while not stop[0]:
+            await aionative.preadinto(fd, buf, rnd.randrange(blocks) << 12)
+            done[0] += 1
+        buf.close()
+
+    tasks = [asyncio.ensure_future(reader(k)) for k in range(n)]
+    await asyncio.sleep(0.3)
+    s0, c0, t0, d0 = aionative.engine_stats(), _cpu(), time.perf_counter(), done[0]
+    await asyncio.sleep(seconds)
+    s1, c1, t1, d1 = aionative.engine_stats(), _cpu(), time.perf_counter(), done[0]
+    stop[0] = True
+    await asyncio.gather(*tasks)
+    ops = d1 - d0
+    per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}" for k in ("batches", "syscalls", "wakeups"))
+    print(f"N={n}: {ops / (t1 - t0) / 1e3:.1f}k reads/s, {(c1 - c0) * 1e6 / ops:.1f} µs CPU a "
+          f"read; a read: {per}")
+
+
+async def w2_direct(ns: list[int], seconds: float) -> None:
+    paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
+    if not paths:
+        raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
+    fd = os.open(paths[0], os.O_RDONLY | os.O_DIRECT)
+    try:
+        for n in ns:
+            await _w2_cell(fd, os.fstat(fd).st_size >> 12, n, seconds)
+    finally:
+        os.close(fd)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
-                                     "w6-turns"])
+                                     "w6-turns", "w2-direct"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -287,6 +328,8 @@ def main() -> None:
         coro = w4_steps()
     elif args.what == "w6-turns":
         coro = w6_turns((args.n or [64])[0])
+    elif args.what == "w2-direct":
+        coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
     else:
         coro = w1_inline((args.n or [64])[0])
     if args.loop == "uvloop":
