@@ -181,20 +181,26 @@ async def test_a_lazy_file_unlinked_before_its_close_is_closed(backend: str, tmp
     assert f.closed
 
 
-@pytest.fixture(params=["retry", "queue"])
-def refused(native_backend: str, tiny_budget: None, tmp_path: Path,
-            request: pytest.FixtureRequest) -> Iterator[tuple[Path, bytes, int]]:
-    """A cached file to open lazily, its contents, and a descriptor of another cached file
-    whose inline read spends an iteration's budget (see spend_then_read). The refused read
-    is retried after one turn (``retry``), or finds the budget spent past the retry's grace
-    too and waits in the queue of refused calls (``queue``)."""
-    if request.param == "queue":
-        request.getfixturevalue("retries_refused")
+def lazy_and_spender(tmp_path: Path) -> tuple[Path, bytes, int]:
+    """A cached file to open lazily, its contents, and a descriptor (the caller closes it) of
+    another cached file, whose inline read spends an iteration's budget (spend_then_read)."""
     p, q = tmp_path / "f", tmp_path / "other"
     data = os.urandom(50_000)
     cached(p, data)
     cached(q, b"x")
-    fd = os.open(q, os.O_RDONLY)
+    return p, data, os.open(q, os.O_RDONLY)
+
+
+@pytest.fixture(params=["retry", "queue"])
+def refused(native_backend: str, tiny_budget: None, tmp_path: Path,
+            request: pytest.FixtureRequest) -> Iterator[tuple[Path, bytes, int]]:
+    """A cached file to open lazily, its contents, and a descriptor of another cached file
+    whose inline read spends an iteration's budget (lazy_and_spender). The refused read
+    is retried after one turn (``retry``), or finds the budget spent past the retry's grace
+    too and waits in the queue of refused calls (``queue``)."""
+    if request.param == "queue":
+        request.getfixturevalue("retries_refused")
+    p, data, fd = lazy_and_spender(tmp_path)
     try:
         yield p, data, fd
     finally:
@@ -235,11 +241,7 @@ async def test_a_lazy_read_retried_after_a_turn_is_one_system_call(
         native_backend: str, tiny_budget: None, tmp_path: Path) -> None:
     """The retry of a refused lazy read is ``read_rest(True)``: it knows the descriptor (no
     ``fcntl``) and the size (a short read inside a page is the end), as the first attempt."""
-    p, q = tmp_path / "f", tmp_path / "other"
-    data = os.urandom(50_000)
-    cached(p, data)
-    cached(q, b"x")
-    fd = os.open(q, os.O_RDONLY)
+    p, data, fd = lazy_and_spender(tmp_path)
     try:
         eng = aionative.get_engine()
         async with aionative.open(str(p), "rb") as f:
