@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol, TypeVar
 
+from . import _kernelops as _k
 from ._engine import get_engine
+from ._threads import ThreadsEngine
 
 T = TypeVar("T")
 
@@ -32,10 +34,15 @@ async def pread(fd: int, size: int, offset: int) -> bytes:
     """Read up to ``size`` bytes at ``offset`` (like ``os.pread``, but never blocking the loop).
 
     Reads larger than the kernel's per-call limit are split; a short result means end of file.
-    A read the page cache can serve completes inline, within the loop's cooperative budget.
+    A read the page cache can serve completes inline, within the loop's cooperative budget;
+    one of ``TURN_MIN`` bytes or more that finds the budget spent waits a turn of the loop and
+    is retried inline rather than queued.
     """
     eng = get_engine()
-    res = eng.read(fd, size, offset)
+    if type(size) is int and size >= TURN_MIN and not isinstance(eng, ThreadsEngine):
+        res = await _large_read(eng, fd, size, offset)
+    else:
+        res = eng.read(fd, size, offset)
     if isinstance(res, bytes):  # completed inline (page cache hit)
         return res
     # await_op inlined: one coroutine frame fewer on the hottest call.
@@ -44,6 +51,25 @@ async def pread(fd: int, size: int, offset: int) -> bytes:
     except asyncio.CancelledError:
         eng.cancel(res)
         raise
+
+
+#: From this size on, a read the spent budget refused waits a turn of the loop and is retried
+#: inline rather than queued: its copy outweighs the turn, and the queue would make the same
+#: copy inside the iteration's flush (cached reads complete inside their submission), unbounded
+#: by the budget. Smaller reads are queued: a turn per read costs more than the batch.
+TURN_MIN = 64 << 10
+
+
+async def _large_read(eng: Any, fd: int, size: int, offset: int) -> bytes | asyncio.Future[bytes]:
+    """``pread`` of at least ``TURN_MIN`` bytes: inline, inline after one turn if the budget
+    was spent (a retry, admitted up to the grace), else the kernel queue's future."""
+    res = eng.read_inline(fd, size, offset)
+    if res is False:
+        await _k.one_turn()
+        res = eng.read_inline(fd, size, offset, True)
+    if isinstance(res, bytes):
+        return res
+    return eng.pread(fd, size, offset)  # type: ignore[no-any-return]
 
 
 async def preadinto(fd: int, buffer: Any, offset: int) -> int:

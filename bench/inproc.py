@@ -24,6 +24,10 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         W1's reads by N tasks and W6's 1 ms ticker on the asyncio loop for 1 s: the loop
         iterations' durations (``_run_once`` timed), the callbacks each starts with, and the
         ticker's lateness.
+    python -m bench.inproc w3-seq
+        W3's sequential 1 MiB ``aionative.pread``s over the first 256 MiB of W1's (cached) file
+        against ``os.pread``, alternating, five passes each: median µs a read, their ratio, and
+        how the last pass's reads went (queued, inline, retried after a turn).
     python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
         W2's O_DIRECT random 4 KiB ``aionative.preadinto``s of W1's file by N tasks: reads/s,
         CPU µs a read, and the engine's submission batches, system calls and eventfd wake-ups
@@ -183,13 +187,13 @@ async def w4_steps() -> None:
 _W1_SPAN = 64 << 20  # the hot region of W1's file these commands read
 
 
-def _w1_hot_fd() -> int:
-    """W1's file, opened, its first 64 MiB read into the page cache."""
+def _w1_hot_fd(span: int = _W1_SPAN) -> int:
+    """W1's file, opened, its first `span` bytes read into the page cache."""
     paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
     if not paths:
         raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
     fd = os.open(paths[0], os.O_RDONLY)
-    for off in range(0, _W1_SPAN, 1 << 20):
+    for off in range(0, span, 1 << 20):
         os.pread(fd, 1 << 20, off)
     return fd
 
@@ -268,6 +272,31 @@ async def w6_turns(n: int) -> None:
           f" / p99 {pct(late, .99):.3f} / max {max(late) * 1e3:.3f} ({len(late)} ticks)")
 
 
+async def w3_seq() -> None:
+    fd = _w1_hot_fd(256 << 20)
+    chunk, offs = 1 << 20, range(0, 256 << 20, 1 << 20)
+    sync: list[float] = []
+    ours: list[float] = []
+    s0 = s1 = aionative.engine_stats()
+    try:
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for off in offs:
+                os.pread(fd, chunk, off)
+            sync.append((time.perf_counter() - t0) / len(offs) * 1e6)
+            s0, t0 = aionative.engine_stats(), time.perf_counter()
+            for off in offs:
+                await aionative.pread(fd, chunk, off)
+            ours.append((time.perf_counter() - t0) / len(offs) * 1e6)
+            s1 = aionative.engine_stats()
+    finally:
+        os.close(fd)
+    a, b = sorted(sync)[2], sorted(ours)[2]
+    how = ", ".join(f"{k} {s1[k] - s0[k]}" for k in ("submitted", "inline_hits", "inline_retries"))
+    print(f"µs a 1 MiB read: os.pread {a:.1f}, aionative.pread {b:.1f} = {a / b:.3f}× the sync "
+          f"loop's speed; the last pass's {len(offs)} reads: {how}")
+
+
 async def _w2_cell(fd: int, blocks: int, n: int, seconds: float) -> None:
     stop, done = [False], [0]
 
@@ -308,7 +337,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
-                                     "w6-turns", "w2-direct"])
+                                     "w6-turns", "w2-direct", "w3-seq"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -328,6 +357,8 @@ def main() -> None:
         coro = w4_steps()
     elif args.what == "w6-turns":
         coro = w6_turns((args.n or [64])[0])
+    elif args.what == "w3-seq":
+        coro = w3_seq()
     elif args.what == "w2-direct":
         coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
     else:

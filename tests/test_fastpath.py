@@ -29,6 +29,7 @@ import aionative
 from aionative import _backend
 from aionative import _kernelops as _k
 from aionative._kernelops import AT_FDCWD
+from aionative._lowlevel import TURN_MIN
 from aionative._threads import ThreadsEngine
 
 from .conftest import cold_file
@@ -832,3 +833,29 @@ async def test_close_cached_does_not_wait_for_a_spent_budget(native_backend: str
         os.close(fd)
     finally:
         aionative.set_inline_budget(None)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size,queued", [(TURN_MIN, 0), (4096, 1)])
+async def test_a_large_read_the_spent_budget_refused_waits_a_turn(native_backend: str,
+                                                                  tmp_path: Path, size: int,
+                                                                  queued: int) -> None:
+    """``aionative.pread`` of ``TURN_MIN`` bytes or more that finds the budget spent waits one
+    turn and is retried inline (its copy outweighs the turn; queued, the kernel would make
+    the same copy inside the flush); a smaller one goes to the kernel queue."""
+    fd, data = hot_file(tmp_path / "f", 1 << 20)
+    spender, small = hot_file(tmp_path / "g", 10)
+    aionative.set_inline_budget(0.001)  # 1 ns: spent by the first inline call of an iteration
+    try:
+        eng = _core_engine()
+        for off in (0, 12345):
+            await asyncio.sleep(0.001)  # a new iteration's budget (the flush reopens it)
+            assert eng.read(spender, 1, 0) == small[:1]  # inline: this iteration's budget is spent
+            before = aionative.engine_stats()
+            assert await aionative.pread(fd, size, off) == data[off:off + size]
+            assert delta(before, "submitted") == queued
+            assert delta(before, "inline_retries") == 1 - queued
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+        os.close(spender)
