@@ -286,6 +286,10 @@ PyObject *inline_read_known(engine_t *e, int fd, Py_ssize_t size, int64_t off, i
 
 /* engine.c: raises (RuntimeError) and returns 0 unless the engine may be used here and now. */
 int engine_usable(engine_t *e);
+/* module.c: the await of an awaitable done at once, its value taken from *slot (None when
+ * empty): am_send's form, and tp_iternext's (StopIteration carries the value). */
+PySendResult done_send(PyObject **slot, PyObject **result);
+PyObject *done_next(PyObject **slot);
 /* module.c: the running loop (borrowed), or NULL when it cannot tell (ask asyncio). */
 PyObject *running_loop_borrowed(void);
 

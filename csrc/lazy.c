@@ -358,10 +358,10 @@ PyTypeObject LazyReader_Type = {
 
 /* An awaitable whose await returns `value` at once, without suspending: what RbOpen's
  * __aenter__, __aexit__ and __await__ return when the engine did the work inline. Its own
- * iterator; the first step ends it. */
+ * iterator; the first step ends it (done_send / done_next, as LineGate's step). */
 typedef struct {
     PyObject_HEAD
-    PyObject *value;  /* NULL once returned */
+    PyObject *value;  /* NULL once taken */
 } ready_t;
 
 static PyTypeObject Ready_Type;
@@ -385,25 +385,20 @@ static PyObject *Ready_self(PyObject *r)
     return Py_NewRef(r);
 }
 
-static PyObject *Ready_next(ready_t *r)
+static PySendResult Ready_send(ready_t *r, PyObject *arg, PyObject **result)
 {
-    PyObject *v = r->value;
-    if (!v)
-        return NULL;  /* exhausted: StopIteration */
-    r->value = NULL;
-    if (v != Py_None) {
-        /* StopIteration(v): as its only argument, even if v is a tuple or an exception */
-        PyObject *stop = PyObject_CallOneArg(PyExc_StopIteration, v);
-        if (stop) {
-            PyErr_SetObject(PyExc_StopIteration, stop);
-            Py_DECREF(stop);
-        }
-    }
-    Py_DECREF(v);
-    return NULL;
+    return done_send(&r->value, result);
 }
 
-static PyAsyncMethods Ready_async = {.am_await = Ready_self};
+static PyObject *Ready_next(ready_t *r)
+{
+    return done_next(&r->value);
+}
+
+static PyAsyncMethods Ready_async = {
+    .am_await = Ready_self,
+    .am_send = (sendfunc)Ready_send,
+};
 
 static PyTypeObject Ready_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)

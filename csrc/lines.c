@@ -69,26 +69,13 @@ static PyObject *gate_await(gate_t *g)
 /* The await of a step: done at once, its value the line (None if there is none pending). */
 static PySendResult gate_send(gate_t *g, PyObject *arg, PyObject **result)
 {
-    PyObject *v = g->value;
-    g->value = NULL;
-    *result = v ? v : Py_NewRef(Py_None);
-    return PYGEN_RETURN;
+    return done_send(&g->value, result);
 }
 
 /* For callers that iterate instead of sending: StopIteration carries the line. */
 static PyObject *gate_next(gate_t *g)
 {
-    PyObject *v = g->value;
-    g->value = NULL;
-    if (!v)
-        v = Py_NewRef(Py_None);
-    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, v);
-    Py_DECREF(v);
-    if (exc) {
-        PyErr_SetObject(PyExc_StopIteration, exc);
-        Py_DECREF(exc);
-    }
-    return NULL;
+    return done_next(&g->value);
 }
 
 static PyMemberDef gate_members[] = {

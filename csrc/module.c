@@ -148,6 +148,35 @@ typedef struct {
     pid_t rl_pid;
 } loop_holder_t;
 
+/* ---------------------------------------------------------------- done awaitables */
+
+/* The await of an awaitable that is done at once (LineGate's step, lazy.c's Ready): its value
+ * is taken from *slot (None when empty). am_send's form: no StopIteration. */
+PySendResult done_send(PyObject **slot, PyObject **result)
+{
+    PyObject *v = *slot;
+    *slot = NULL;
+    *result = v ? v : Py_NewRef(Py_None);
+    return PYGEN_RETURN;
+}
+
+/* The same for callers that iterate instead of sending: StopIteration carries the value (as
+ * its only argument, even if it is a tuple or an exception). */
+PyObject *done_next(PyObject **slot)
+{
+    PyObject *v = *slot;
+    *slot = NULL;
+    if (!v)
+        v = Py_NewRef(Py_None);
+    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, v);
+    Py_DECREF(v);
+    if (exc) {
+        PyErr_SetObject(PyExc_StopIteration, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
 static PyObject *holder_key;
 static PyTypeObject *holder_type;
 static pid_t self_pid;
