@@ -33,6 +33,9 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         CPU µs a read, and the engine's submission batches, system calls and eventfd wake-ups
         a read (how the reads reach the device and how their completions come back).
 
+``--turn-min BYTES`` sets ``aionative.pread``'s ``TURN_MIN`` for any of them (0: every read the
+spent budget refused waits a turn instead of going to the kernel queue).
+
 Needs ``make bench`` (or ``python -m bench --workloads W1 W4``) to have created the data in
 ``bench/.data``.
 """
@@ -53,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import aionative
+from aionative import _lowlevel
 from bench.common import DATA_DIR
 
 
@@ -344,9 +348,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--budget-us", type=float, default=None)
     ap.add_argument("--no-gc", action="store_true", help="run with the cyclic collector off")
+    ap.add_argument("--turn-min", type=int, default=None,
+                    help="aionative.pread's TURN_MIN: from this size a read the spent budget "
+                         "refused waits a turn instead of the queue (0: every read)")
     args = ap.parse_args()
     if args.no_gc:
         gc.disable()
+    if args.turn_min is not None:
+        _lowlevel.TURN_MIN = args.turn_min
     if args.backend:
         aionative.set_default_backend(args.backend)
     if args.what == "gather-reads":
