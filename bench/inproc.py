@@ -33,6 +33,13 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         CPU µs a read, and the engine's submission batches, system calls and eventfd wake-ups
         a read (how the reads reach the device and how their completions come back).
 
+    python -m bench.inproc w5-write [--n 1 64] [--seconds 2] [--tmpfs] [--backend linux_aio]
+        W5's random 4 KiB ``aionative.pwrite``s by N tasks into W5's cached file (``--tmpfs``:
+        a 256 MiB file under ``/dev/shm``), alternating with an ``os.pwrite`` loop, three
+        times: writes/s of each and their ratio, CPU µs a write (the loop's thread and the
+        process's other threads, io_uring's ``iou-wrk`` workers among them), and the engine's
+        system calls, wake-ups and inline writes a write (median run).
+
 ``--turn-min BYTES`` sets ``aionative.pread``'s ``TURN_MIN`` for any of them (0: every read the
 spent budget refused waits a turn instead of going to the kernel queue).
 
@@ -44,12 +51,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import mmap
 import os
 import random
 import resource
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -337,16 +346,111 @@ async def w2_direct(ns: list[int], seconds: float) -> None:
         os.close(fd)
 
 
+def _thread_cpu() -> tuple[float, float]:
+    """CPU seconds of this thread and of the process's other threads (``/proc`` ticks)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    me, rest = threading.get_native_id(), 0.0
+    mine = 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread exited
+            continue
+        t = (int(fields[11]) + int(fields[12])) / tick
+        if int(tid) == me:
+            mine = t
+        else:
+            rest += t
+    return mine, rest
+
+
+async def _w5_cell(fd: int, offs: list[int], n: int, seconds: float) -> tuple[float, str]:
+    stop, done = [False], [0]
+    payload = random.Random(5).randbytes(4096)
+
+    async def writer(k: int) -> None:
+        i = k * 997
+        while not stop[0]:
+            await aionative.pwrite(fd, payload, offs[i % len(offs)])
+            i += 1
+            done[0] += 1
+
+    tasks = [asyncio.ensure_future(writer(k)) for k in range(n)]
+    await asyncio.sleep(0.2)
+    s0, c0, t0, d0 = aionative.engine_stats(), _thread_cpu(), time.perf_counter(), done[0]
+    await asyncio.sleep(seconds)
+    s1, c1, t1, d1 = aionative.engine_stats(), _thread_cpu(), time.perf_counter(), done[0]
+    stop[0] = True
+    await asyncio.gather(*tasks)
+    ops = d1 - d0
+    keys = ("syscalls", "wakeups", "inline_hits")
+    per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}" for k in keys if k in s1)
+    return ops / (t1 - t0), (f"CPU µs a write: loop {(c1[0] - c0[0]) * 1e6 / ops:.1f} + other "
+                             f"threads {(c1[1] - c0[1]) * 1e6 / ops:.1f}; a write: {per}")
+
+
+def _w5_sync(fd: int, offs: list[int], seconds: float) -> float:
+    payload = random.Random(5).randbytes(4096)
+    pwrite, count, t0 = os.pwrite, 0, time.perf_counter()
+    end = t0 + seconds
+    while True:  # through the offsets in slices, as the tasks go through them
+        for i in range(0, len(offs), 2000):
+            for off in offs[i:i + 2000]:
+                pwrite(fd, payload, off)
+            count += 2000
+            if time.perf_counter() >= end:
+                return count / (time.perf_counter() - t0)
+
+
+def _w5_path(stack: contextlib.ExitStack, tmpfs: bool) -> str:
+    """W5's cached file, or (``tmpfs``) a written 256 MiB file under /dev/shm, warmed."""
+    if tmpfs:
+        tmp = stack.enter_context(tempfile.NamedTemporaryFile(dir="/dev/shm",  # noqa: SIM115
+                                                              prefix="aionative-w5-"))
+        for _ in range(16):  # written, as W5-tmpfs's file: no page left to allocate
+            tmp.write(os.urandom(1 << 24))
+        tmp.flush()
+        return tmp.name
+    paths = sorted(DATA_DIR.glob("w5-write-*.bin"))
+    if not paths:
+        raise SystemExit("no W5 file: run `python -m bench --workloads W5` first")
+    with open(paths[0], "rb") as f:
+        while f.read(1 << 24):
+            pass
+    return str(paths[0])
+
+
+async def w5_write(ns: list[int], seconds: float, tmpfs: bool) -> None:
+    with contextlib.ExitStack() as stack:
+        fd = os.open(_w5_path(stack, tmpfs), os.O_RDWR)
+        stack.callback(os.close, fd)
+        rnd = random.Random(7)
+        offs = [rnd.randrange(os.fstat(fd).st_size >> 12) << 12 for _ in range(1 << 16)]
+        for n in ns:
+            runs = []
+            for _ in range(3):
+                os.fdatasync(fd)
+                sync = _w5_sync(fd, offs, seconds)
+                os.fdatasync(fd)
+                ours, how = await _w5_cell(fd, offs, n, seconds)
+                runs.append((ours / sync, ours, sync, how))
+            ratio, ours, sync, how = sorted(runs)[1]
+            print(f"N={n}: {ours / 1e3:.1f}k writes/s = {ratio:.2f}× os.pwrite's "
+                  f"{sync / 1e3:.1f}k; {how}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
-                                     "w6-turns", "w2-direct", "w3-seq"])
+                                     "w6-turns", "w2-direct", "w3-seq", "w5-write"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--budget-us", type=float, default=None)
+    ap.add_argument("--tmpfs", action="store_true", help="w5-write: a file under /dev/shm")
     ap.add_argument("--no-gc", action="store_true", help="run with the cyclic collector off")
     ap.add_argument("--turn-min", type=int, default=None,
                     help="aionative.pread's TURN_MIN: from this size a read the spent budget "
@@ -370,6 +474,9 @@ def main() -> None:
         coro = w3_seq()
     elif args.what == "w2-direct":
         coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
+    elif args.what == "w5-write":
+        coro = w5_write(args.n or [1, 64], args.seconds if args.seconds != 6.0 else 2.0,
+                        args.tmpfs)
     else:
         coro = w1_inline((args.n or [64])[0])
     if args.loop == "uvloop":
