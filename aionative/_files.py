@@ -578,7 +578,7 @@ class AsyncBase(Generic[S]):
         end = -1
         while staged:
             off, data = staged.pop(0)
-            fut: asyncio.Future[Any]
+            fut: asyncio.Future[Any] | None
             if data is None:
                 raw.disk_size = off  # a failure restores it (_after_failed_push)
                 fut = asyncio.ensure_future(_k.ftruncate(fd, off))
@@ -587,22 +587,23 @@ class AsyncBase(Generic[S]):
             elif self._route == "thread":
                 fut = asyncio.ensure_future(self._in_executor(_write_all, fd, data, off))
             else:
-                fut = get_engine().pwrite(fd, data, max(off, 0))
-            try:
+                fut = _write_or_queue(fd, data, max(off, 0))
+            if fut is not None:  # (None: written inline)
                 try:
-                    await asyncio.shield(fut)
-                except asyncio.CancelledError:
-                    if not fut.done():
-                        # The kernel has the data: let it finish; the next call reports it.
-                        self._unfinished.append(fut)
-                        self._unfinished_staged = staged
-                        raise
-                    if fut.cancelled():
-                        raise
-                    fut.result()
-            except OSError as exc:
-                self._after_failed_push(off, data, exc, staged, positional)
-                raise
+                    try:
+                        await asyncio.shield(fut)
+                    except asyncio.CancelledError:
+                        if not fut.done():
+                            # The kernel has the data: let it finish; the next call reports it.
+                            self._unfinished.append(fut)
+                            self._unfinished_staged = staged
+                            raise
+                        if fut.cancelled():
+                            raise
+                        fut.result()
+                except OSError as exc:
+                    self._after_failed_push(off, data, exc, staged, positional)
+                    raise
             if data is not None and raw.appending and off >= 0:
                 end = os.lseek(fd, 0, os.SEEK_END)
                 self._synced_pos = -1  # a caller's descriptor: _push_offset puts it back
@@ -1586,6 +1587,17 @@ def _pwrite_args(data: Any, offset: Any) -> tuple[bytes, int]:
     if offset < 0:
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
     return view.tobytes(), offset
+
+
+def _write_or_queue(fd: int, data: bytes, off: int) -> asyncio.Future[int] | None:
+    """The running loop's engine writes ``data`` at ``off``: None when it was written inline,
+    else the kernel queue's operation (a write the spent budget refused goes there too: a
+    push keeps its order and its cancellation handling rather than wait a turn)."""
+    eng = get_engine()
+    res = eng.write(fd, data, off)
+    if res is False:
+        return eng.pwrite(fd, data, off)
+    return None if isinstance(res, int) else res
 
 
 def _write_all(fd: int, data: bytes, off: int) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import _kernelops as _k
 from ._engine import get_engine
-from ._lowlevel import await_op
+from ._lowlevel import await_op, pwrite
 from ._open import open_file
 from ._threads import ThreadsEngine
 
@@ -96,8 +96,7 @@ async def write_bytes(path: StrPath, data: Any) -> int:
     view = memoryview(data)
     fd = await _k.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
-        eng = get_engine()
-        return await await_op(eng, eng.pwrite(fd, view, 0))
+        return await pwrite(fd, view, 0)
     finally:
         await _k.close_fd(fd)
 

@@ -127,7 +127,7 @@ async def after_a_turn(eng: Any, method: str, *args: Any) -> Any:
     turn would be refused again. Refused even so, it waits in the queue of refused calls
     (``refused_queue``).
 
-    A result that is an ``int`` is a descriptor (``open_cached``, ``read_file``): it is closed
+    A result that is a descriptor (an ``int`` from ``open_cached`` or ``read_file``) is closed
     if the caller is cancelled after the call ran."""
     if isinstance(eng, ThreadsEngine):
         return None
@@ -136,6 +136,10 @@ async def after_a_turn(eng: Any, method: str, *args: Any) -> Any:
     if res is not False:
         return res
     return await refused_queue(eng, method, *args)
+
+
+#: The inline calls whose ``int`` result is a new descriptor (``write``'s is a count).
+_GIVES_FD = frozenset({"open_cached", "read_file"})
 
 
 async def refused_queue(eng: Any, method: str, *args: Any) -> Any:
@@ -154,7 +158,7 @@ async def refused_queue(eng: Any, method: str, *args: Any) -> Any:
     except asyncio.CancelledError:
         if fut.done() and not fut.cancelled() and fut.exception() is None:
             res = fut.result()
-            if type(res) is int:
+            if type(res) is int and method in _GIVES_FD:
                 os.close(res)
         raise
 

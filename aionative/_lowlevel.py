@@ -89,9 +89,26 @@ async def pwrite(fd: int, data: Any, offset: int) -> int:
     """Write all of ``data`` at ``offset``; short writes continue until everything is written.
 
     On an error after part was written, the ``OSError`` carries ``characters_written``.
+    A write to a local regular file is copied into the page cache inline, within the loop's
+    cooperative budget; one that finds the budget spent waits a turn of the loop.
     """
     eng = get_engine()
-    return await await_op(eng, eng.pwrite(fd, data, offset))
+    res = eng.write(fd, data, offset)
+    if type(res) is int:  # written inline
+        return res
+    return await _write_later(eng, res, fd, data, offset)
+
+
+async def _write_later(eng: Any, res: Any, fd: int, data: Any, offset: int) -> int:
+    """``pwrite``'s write that was not done inline: ``res`` is the kernel queue's operation,
+    or False when the iteration's budget was spent (nothing written): then after a turn."""
+    if res is False:
+        res = await _k.after_a_turn(eng, "write", fd, data, offset)
+        if res is None:
+            res = eng.pwrite(fd, data, offset)
+        if type(res) is int:
+            return res
+    return await await_op(eng, res)
 
 
 def _fildes(fd: Any) -> int:

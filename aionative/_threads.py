@@ -378,6 +378,11 @@ class ThreadsEngine:
             fd, offset = _fd_offset(fd, offset)
         return self._submit(_pwrite, fd, _view(data, False), offset)
 
+    def write(self, fd: int, data: Any, offset: int, retry: bool = False
+              ) -> asyncio.Future[int]:
+        """``pwrite``: the native engines write inline when they can; here a worker does."""
+        return self.pwrite(fd, data, offset)
+
     def fsync(self, fd: int) -> asyncio.Future[None]:
         return self._submit(os.fsync, index(fd))
 

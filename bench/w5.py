@@ -1,12 +1,13 @@
 """W5 (W5w): random 4 KiB buffered pwrite, N concurrent writers, event-loop lag measured too.
 
-Why: ext4 refuses ``RWF_NOWAIT`` on buffered writes (EOPNOTSUPP), so aionative's ``linux_aio``
-backend submits them without it and the kernel does the page-cache copy (and any dirty-page
-throttling) synchronously inside ``io_submit``, on the event-loop thread. ``io_uring`` instead
-tries a nonblocking attempt and hands what would block to its kernel io-wq workers
-(``iou-wrk-*``, visible in the threads table), and the ``threads`` backend, ``run_in_executor``
-and aiofiles do the ``pwrite`` on pool threads. Throughput alone hides that difference, so each
-cell also runs a *ticker* task in the same loop: it awaits ``asyncio.sleep(0.001)`` over and
+Why: ext4 and tmpfs refuse ``RWF_NOWAIT`` on buffered writes (EOPNOTSUPP), so a kernel queue
+cannot copy them without possibly waiting: io_uring hands each to its io-wq workers
+(``iou-wrk-*``, visible in the threads table) and Linux AIO copies it inside ``io_submit``.
+aionative's native backends therefore copy a write to a local regular file inline, under the
+inline budget, and send writes to the kernel queue for a second after one that slept; the
+``threads`` backend, ``run_in_executor`` and aiofiles do the ``pwrite`` on pool threads.
+Throughput alone hides what each costs the loop, so each cell also runs a *ticker* task in the
+same loop: it awaits ``asyncio.sleep(0.001)`` over and
 over and records lateness = measured interval - 1 ms; p50 / p99 / max over the timed window is
 the loop lag a co-hosted request handler would see. Before the load, the ticker runs alone for
 a moment (``IDLE_S``) to record the loop's own timer granularity (idle baseline).

@@ -537,6 +537,23 @@ static int check_nargs(const char *name, Py_ssize_t n, Py_ssize_t want)
 
 /* ---------------------------------------------------------------- reads and writes */
 
+/* Three arguments (fd, a size or buffer, an offset), or with `with_retry` an optional fourth:
+ * `retry`, true when the call comes back after the spent budget refused it (see
+ * inline_budget_ok). 0, or -1 with the error set. */
+static int parse_nargs(const char *name, PyObject *const *args, Py_ssize_t n, int with_retry,
+                       int *retry)
+{
+    if (!with_retry)
+        return check_nargs(name, n, 3);
+    if (n != 3 && n != 4) {
+        PyErr_Format(PyExc_TypeError, "%s() takes 3 or 4 arguments (%zd given)", name, n);
+        return -1;
+    }
+    if (n == 4 && (*retry = PyObject_IsTrue(args[3])) < 0)
+        return -1;
+    return 0;
+}
+
 static Py_ssize_t parse_size(PyObject *o)
 {
     PyObject *size_obj = PyNumber_Index(o);
@@ -558,16 +575,8 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
 {
     int fd, retry = 0;
     int64_t off;
-    if (fast != PREAD_INLINE_ONLY) {
-        if (check_nargs(name, n, 3) < 0)
-            return NULL;
-    } else if (n != 3 && n != 4) {  /* read_inline's optional `retry` */
-        PyErr_Format(PyExc_TypeError, "%s() takes 3 or 4 arguments (%zd given)", name, n);
-        return NULL;
-    } else if (n == 4 && (retry = PyObject_IsTrue(args[3])) < 0) {
-        return NULL;
-    }
-    if (parse_fd(args[0], &fd) < 0)
+    if (parse_nargs(name, args, n, fast == PREAD_INLINE_ONLY, &retry) < 0 ||
+        parse_fd(args[0], &fd) < 0)
         return NULL;
     Py_ssize_t size = parse_size(args[1]);
     if ((size == -1 && PyErr_Occurred()) || parse_offset(args[2], &off) < 0)
@@ -629,13 +638,16 @@ static PyObject *Engine_read_inline(engine_t *e, PyObject *const *args, Py_ssize
     return engine_pread(e, args, n, "read_inline", PREAD_INLINE_ONLY);
 }
 
+/* preadinto, readinto, pwrite and write: `fast` tries the inline path first and then returns
+ * the count itself. A write may also return False: the iteration's budget is spent (yield,
+ * then call again with retry=True). */
 static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t n,
                                   const char *name, int kind, int fast)
 {
-    int fd;
+    int fd, retry = 0;
     int64_t off;
-    if (check_nargs(name, n, 3) < 0 || parse_fd(args[0], &fd) < 0 ||
-        parse_offset(args[2], &off) < 0)
+    if (parse_nargs(name, args, n, fast && kind == OP_WRITE, &retry) < 0 ||
+        parse_fd(args[0], &fd) < 0 || parse_offset(args[2], &off) < 0)
         return NULL;
     Py_buffer view;
     int flags = kind == OP_READINTO ? PyBUF_WRITABLE : PyBUF_SIMPLE;
@@ -646,16 +658,25 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
         PyBuffer_Release(&view);
         return NULL;
     }
-    if (fast && view.len == 0) {
+    if (fast && view.len == 0 && kind == OP_READINTO) {
         /* os.preadv's empty read, not os.pread's (0 on a directory): see csrc/inline.c. */
         PyBuffer_Release(&view);
         return inline_empty_readinto(e, fd, off) < 0 ? NULL : PyLong_FromLong(0);
     }
     uint64_t got = 0;
-    int ok = fast && view.len <= INLINE_MAX ? inline_allowed(e, fd, 0) : 0;
-    if (ok > 0 && inline_read(e, fd, view.buf, (uint64_t)view.len, off, -1, &got)) {
+    int ok = 0;
+    if (fast && view.len > 0 && view.len <= INLINE_MAX)
+        ok = kind == OP_WRITE ? inline_write_allowed(e, fd, retry) : inline_allowed(e, fd, 0);
+    if (ok > 0 && (kind == OP_WRITE
+                   ? inline_write(e, fd, view.buf, (uint64_t)view.len, off, &got)
+                   : inline_read(e, fd, view.buf, (uint64_t)view.len, off, -1, &got))) {
         PyBuffer_Release(&view);
         return PyLong_FromUnsignedLongLong(got);
+    }
+    if (ok == 0 && fast && kind == OP_WRITE && view.len > 0 && view.len <= INLINE_MAX &&
+        e->budget_ns && e->budget_spent && !e->write_calm_at) {
+        PyBuffer_Release(&view);
+        Py_RETURN_FALSE;
     }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
@@ -686,6 +707,11 @@ static PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t 
 static PyObject *Engine_pwrite(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     return engine_buffer_op(e, args, n, "pwrite", OP_WRITE, 0);
+}
+
+static PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    return engine_buffer_op(e, args, n, "write", OP_WRITE, 1);
 }
 
 static PyObject *engine_sync_op(engine_t *e, PyObject *arg, int kind)
@@ -1371,7 +1397,7 @@ static const struct { const char *name; size_t off; } stat_fields[] = {
     STAT(queued), STAT(retries), STAT(splits), STAT(nowait_eagain), STAT(direct_reissues),
     STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(cq_overflow),
     STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted), STAT(inline_retries),
-    STAT(retries_refused),
+    STAT(retries_refused), STAT(inline_writes), STAT(write_stalls),
 };
 
 static int dict_set_ull(PyObject *d, const char *k, unsigned long long v)
@@ -1480,6 +1506,10 @@ static PyMethodDef Engine_methods[] = {
      "can be (see read)"},
     {"pwrite", (PyCFunction)(void (*)(void))Engine_pwrite, METH_FASTCALL,
      "pwrite(fd, data, offset) -> Future[int]; short writes continue until all is written"},
+    {"write", (PyCFunction)(void (*)(void))Engine_write, METH_FASTCALL,
+     "write(fd, data, offset, retry=False) -> int | False | Future[int]: pwrite, done inline "
+     "(the count) to a local regular file while the iteration's budget allows; False when "
+     "the budget is spent (yield, then try again with retry=True)"},
     {"fsync", (PyCFunction)Engine_fsync, METH_O, "fsync(fd) -> Future[None]"},
     {"fdatasync", (PyCFunction)Engine_fdatasync, METH_O, "fdatasync(fd) -> Future[None]"},
     {"openat", (PyCFunction)Engine_openat, METH_VARARGS,

@@ -28,6 +28,11 @@
 /* A call the budget refused, retried after one turn of the loop, may still run inline while the
  * iteration's inline work is under this many budgets (see inline_budget_ok). */
 #define RETRY_GRACE 4u
+/* An inline write that took longer than this slept in the kernel (dirty-page throttling, a
+ * page read from the disk, a journal or inode lock): writes then go to the kernel queue for
+ * WRITE_CALM_NS (see inline_write). */
+#define WRITE_STALL_NS 1000000u
+#define WRITE_CALM_NS 1000000000u
 /* Larger reads always go to the kernel queue: one inline copy must stay well within a budget
  * (1 MiB from the page cache takes ~0.1 ms here). */
 #define INLINE_MAX (1u << 20)
@@ -115,6 +120,9 @@ typedef struct stats {
     uint64_t budget_exhausted; /* loop iterations whose inline budget ran out */
     uint64_t inline_retries;  /* inline calls retried after a refusal and a turn of the loop */
     uint64_t retries_refused; /* of those, the ones past the grace too (they wait in a queue) */
+    uint64_t inline_writes;   /* writes completed inline (pwrite into the page cache) */
+    uint64_t write_stalls;    /* inline writes slower than WRITE_STALL_NS (then WRITE_CALM_NS
+                               * of writes through the kernel queue) */
 } stats_t;
 
 struct engine;
@@ -211,6 +219,10 @@ typedef struct engine {
     uint64_t budget_ns;       /* 0: the fast path is off */
     uint64_t window_start;
     int budget_spent;
+    uint64_t write_calm_at;   /* after a write stall: writes go to the kernel queue until
+                               * this time (CLOCK_MONOTONIC ns); 0: no stall */
+    uint64_t sleeps_window;   /* the window_start whose sleeps_at_start is known */
+    long sleeps_at_start;     /* the loop thread's voluntary context switches then */
     uint64_t local_mnt;       /* the unique id (statx STATX_MNT_ID_UNIQUE) of the mount an
                                * inline close last found local (local_fs), 0 for none: a
                                * mount's filesystem never changes and its id is never reused */
@@ -257,6 +269,11 @@ int inline_allowed(engine_t *e, int fd, int retry);
 int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
                 uint64_t *got);
 int inline_empty_read(engine_t *e, int fd, int64_t off);
+/* 1 if a write on `fd` may be done inline now, 0 if it goes to the kernel queue (the budget
+ * is spent if e->budget_spent says so), -1 on error. */
+int inline_write_allowed(engine_t *e, int fd, int retry);
+int inline_write(engine_t *e, int fd, const char *buf, uint64_t len, int64_t off,
+                 uint64_t *got);
 int inline_empty_readinto(engine_t *e, int fd, int64_t off);
 /* A whole small regular file, read inline: bytes (the descriptor is closed), an int (a
  * descriptor opened here that the caller reads and closes), False (this iteration's budget
@@ -326,6 +343,9 @@ enum fault_point {
     FP_SHORT,          /* the next read/write completions transfer half of what they did */
     FP_DIRECT_OPEN,    /* kaio: opening the O_DIRECT descriptor fails */
     FP_INLINE,         /* the inline RWF_NOWAIT read fails with -errno (EAGAIN: a cache miss) */
+    FP_INLINE_WRITE,   /* the inline write stops: after half of the data (armed with errno 0)
+                        * or before writing (armed with an errno); the queue does the rest */
+    FP_WRITE_STALL,    /* the inline write counts as a stall (slower than WRITE_STALL_NS) */
     FP_COUNT
 };
 extern int fault_errno[FP_COUNT];

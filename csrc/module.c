@@ -47,6 +47,8 @@ static const char *const fault_names[FP_COUNT] = {
     [FP_SHORT] = "short",
     [FP_DIRECT_OPEN] = "direct_open",
     [FP_INLINE] = "inline",
+    [FP_INLINE_WRITE] = "inline_write",
+    [FP_WRITE_STALL] = "write_stall",
 };
 
 /* set_fault(point, errno, count, after=0): after `after` calls pass, the point's next `count`

@@ -1,0 +1,276 @@
+"""Buffered writes done inline: a ``pwrite`` to a local regular file is copied into the page
+cache inside the call, under the inline budget, instead of through the kernel queue (io_uring
+hands each to an io-wq worker, Linux AIO copies it inside ``io_submit``).
+
+What may wait goes to the queue as before: O_DIRECT / O_SYNC / O_DSYNC descriptors, anything
+not a regular file, a descriptor that cannot write (the queue reports the error). A write that
+stops partway is finished by the queue; a write that slept (a stall) sends writes to the queue
+for a while. The threads backend has no inline write: its ``write`` is ``pwrite``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import mmap
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aionative
+from aionative import _core
+from aionative import _kernelops as _k
+
+pytestmark = pytest.mark.asyncio
+
+
+def delta(before: dict[str, int], key: str) -> int:
+    return aionative.engine_stats()[key] - before[key]
+
+
+@pytest.fixture
+def wide_budget() -> Any:
+    """A budget no test can spend (1 s): inline counts stay exact on a preempted machine."""
+    aionative.set_inline_budget(1e6)
+    yield
+    aionative.set_inline_budget(None)
+
+
+def rw_fd(fd_of: Callable[..., int], path: Path, extra: int = 0) -> int:
+    return fd_of(path, os.O_RDWR | os.O_CREAT | extra)
+
+
+async def test_a_write_to_a_local_file_completes_inside_the_call(
+        native_backend: str, wide_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    fd = rw_fd(fd_of, tmp_path / "w")
+    eng = aionative.get_engine()
+    data = os.urandom(10_000)
+    assert eng.write(fd, data, 0) == len(data)        # first of the iteration: the mount,
+    before = eng.stats()                               # the thread's sleeps counted
+    assert eng.write(fd, memoryview(data)[:100], 20_000) == 100
+    assert delta(before, "syscalls") == 3             # fcntl, statx, pwrite
+    assert delta(before, "inline_writes") == 1 and delta(before, "submitted") == 0
+    assert await aionative.pwrite(fd, b"xyz", 5) == 3
+    assert delta(before, "submitted") == 0 and delta(before, "inline_writes") == 2
+    expect = data[:5] + b"xyz" + data[8:] + bytes(10_000) + data[:100]
+    assert os.pread(fd, 30_200, 0) == expect
+
+
+async def test_a_write_to_tmpfs_is_inline_too(native_backend: str, wide_budget: None,
+                                              fd_of: Callable[..., int]) -> None:
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    path = Path("/dev/shm") / f"aionative-test-{os.getpid()}"
+    fd = rw_fd(fd_of, path)
+    try:
+        before = aionative.engine_stats()
+        assert await aionative.pwrite(fd, b"hello", 3) == 5
+        assert delta(before, "inline_writes") == 1 and delta(before, "submitted") == 0
+        assert os.pread(fd, 10, 0) == b"\0\0\0hello"
+    finally:
+        path.unlink()
+
+
+@pytest.mark.parametrize("flag", ["O_SYNC", "O_DSYNC", "O_DIRECT"])
+async def test_writes_that_wait_for_the_device_go_to_the_queue(
+        native_backend: str, wide_budget: None, tmp_path: Path, fd_of: Callable[..., int],
+        flag: str) -> None:
+    try:
+        fd = rw_fd(fd_of, tmp_path / "w", getattr(os, flag))
+    except OSError as exc:  # O_DIRECT on a filesystem without it
+        pytest.skip(f"{flag}: {exc}")
+    data = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT needs
+    data.write(os.urandom(4096))
+    eng = aionative.get_engine()
+    before = eng.stats()
+    fut = eng.write(fd, data, 4096)
+    assert isinstance(fut, asyncio.Future)
+    assert await fut == 4096
+    assert delta(before, "inline_writes") == 0 and delta(before, "submitted") >= 1
+    assert os.pread(fd_of(tmp_path / "w"), 4096, 4096) == data[:]
+
+
+async def test_a_descriptor_that_cannot_write_gets_the_queue_and_its_error(
+        native_backend: str, wide_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    """The queue reports what ``os.pwrite`` says (EBADF); nothing is written inline."""
+    (tmp_path / "r").write_bytes(b"abc")
+    rdonly = fd_of(tmp_path / "r", os.O_RDONLY)
+    before = aionative.engine_stats()
+    with pytest.raises(OSError) as want:
+        os.pwrite(rdonly, b"x", 0)
+    with pytest.raises(OSError) as got:
+        await aionative.pwrite(rdonly, b"x", 0)
+    assert type(got.value) is type(want.value)
+    assert got.value.errno == want.value.errno == errno.EBADF
+    assert delta(before, "inline_writes") == 0 and delta(before, "submitted") == 1
+    assert (tmp_path / "r").read_bytes() == b"abc"
+
+
+async def test_a_fifo_is_not_written_inline(native_backend: str, wide_budget: None,
+                                            tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    """Not a regular file: its write could wait for a reader. The engine's write queues it."""
+    os.mkfifo(tmp_path / "fifo")
+    fifo = fd_of(tmp_path / "fifo", os.O_RDWR | os.O_NONBLOCK)
+    eng = aionative.get_engine()
+    before = eng.stats()
+    fut = eng.write(fifo, b"x", 0)
+    assert isinstance(fut, asyncio.Future)
+    with contextlib.suppress(OSError):  # (the queue writes it: os.pwrite would say ESPIPE)
+        await fut
+    assert delta(before, "inline_writes") == 0
+
+
+async def test_a_spent_budget_makes_a_write_wait_a_turn(native_backend: str, tmp_path: Path,
+                                                        fd_of: Callable[..., int]) -> None:
+    """False (nothing written) once the iteration's budget is spent; ``pwrite`` then yields a
+    turn and writes inline as a retry, not through the queue."""
+    fd = rw_fd(fd_of, tmp_path / "w")
+    aionative.set_inline_budget(1)   # 1 µs: spent by the first call of an iteration
+    try:
+        eng = aionative.get_engine()
+        await asyncio.sleep(0)
+        assert eng.write(fd, b"a", 0) == 1
+        time.sleep(0.001)  # noqa: ASYNC251 - spends the iteration's 1 µs budget
+        assert eng.write(fd, b"b", 1) is False
+        assert os.pread(fd, 10, 0) == b"a"
+        before = eng.stats()
+        assert await aionative.pwrite(fd, b"cd", 1) == 2
+        assert delta(before, "submitted") == 0 and delta(before, "inline_writes") == 1
+        assert delta(before, "inline_retries") == 1
+        assert os.pread(fd, 10, 0) == b"acd"
+    finally:
+        aionative.set_inline_budget(None)
+
+
+async def test_a_write_waiting_for_its_turn_can_be_cancelled(
+        native_backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = rw_fd(fd_of, tmp_path / "w")
+    aionative.set_inline_budget(1)
+    try:
+        await asyncio.sleep(0)
+        assert aionative.get_engine().write(fd, b"a", 0) == 1
+        time.sleep(0.001)  # noqa: ASYNC251 - spends the iteration's 1 µs budget
+        coro = aionative.pwrite(fd, b"b", 1)
+        assert coro.send(None) is None   # refused: it waits a turn (a bare yield)
+        with pytest.raises(asyncio.CancelledError):
+            coro.throw(asyncio.CancelledError())
+        assert os.pread(fd, 10, 0) == b"a"   # never written
+    finally:
+        aionative.set_inline_budget(None)
+
+
+async def test_a_write_from_the_refused_queue_is_a_count_not_a_descriptor(
+        native_backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    """A caller cancelled after the queue of refused calls ran its write: the count it got is
+    not closed as if it were a descriptor (open_cached's and read_file's ints are)."""
+    fd = rw_fd(fd_of, tmp_path / "w")
+    sentinel = fd_of(tmp_path / "s", os.O_RDWR | os.O_CREAT)
+    eng = aionative.get_engine()
+    task = asyncio.ensure_future(_k.refused_queue(eng, "write", fd, bytes(sentinel), 0))
+    await asyncio.sleep(0)                                 # queued; the drain is scheduled
+    asyncio.get_running_loop().call_soon(task.cancel)     # runs after the drain wrote it
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert os.fstat(sentinel)                              # still open
+    assert os.pread(fd, sentinel + 1, 0) == bytes(sentinel)
+
+
+async def test_an_inline_write_that_stops_partway_is_finished_by_the_queue(
+        native_backend: str, wide_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    fd = rw_fd(fd_of, tmp_path / "w")
+    data = os.urandom(64_000)
+    aionative.get_engine()
+    before = aionative.engine_stats()
+    _core.set_fault("inline_write", 0, 1)          # half of it inline, then it stops
+    assert await aionative.pwrite(fd, data, 0) == len(data)
+    _core.set_fault("inline_write", errno.EIO, 1)  # stops before writing anything
+    assert await aionative.pwrite(fd, data[::-1], 64_000) == len(data)
+    assert delta(before, "submitted") == 2 and delta(before, "inline_writes") == 0
+    assert os.pread(fd, 128_001, 0) == data + data[::-1]
+
+
+async def test_an_error_after_an_inline_part_says_how_much_was_written(
+        native_backend: str, wide_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    """Half written inline, the queue's rest fails: the OSError carries the inline half as
+    ``characters_written``, and exactly that much is in the file."""
+    fd = rw_fd(fd_of, tmp_path / "w")
+    data = os.urandom(64_000)
+    aionative.get_engine()
+    _core.set_fault("inline_write", 0, 1)
+    _core.set_fault("completion", errno.ENOSPC, 1)
+    with pytest.raises(OSError) as info:
+        await aionative.pwrite(fd, data, 0)
+    assert info.value.errno == errno.ENOSPC
+    assert info.value.characters_written == 32_000
+    assert os.pread(fd, 32_000, 0) == data[:32_000]
+
+
+async def test_a_stalled_write_sends_writes_to_the_queue_for_a_second(
+        native_backend: str, wide_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    fd = rw_fd(fd_of, tmp_path / "w")
+    eng = aionative.get_engine()
+    before = eng.stats()
+    _core.set_fault("write_stall", 0, 1)   # the next inline write counts as one that slept
+    assert eng.write(fd, b"a", 0) == 1     # it is written, and it was a stall
+    assert delta(before, "write_stalls") == 1
+    fut = eng.write(fd, b"b", 1)           # the next go to the queue
+    assert isinstance(fut, asyncio.Future) and await fut == 1
+    assert await aionative.pwrite(fd, b"c", 2) == 1
+    assert delta(before, "inline_writes") == 1 and delta(before, "submitted") == 2
+    await asyncio.sleep(1.05)              # WRITE_CALM_NS later: inline again
+    assert eng.write(fd, b"d", 3) == 1
+    assert delta(before, "inline_writes") == 2
+    assert os.pread(fd, 10, 0) == b"abcd"
+
+
+async def test_a_fast_path_turned_off_writes_through_the_queue(
+        native_backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = rw_fd(fd_of, tmp_path / "w")
+    aionative.set_inline_budget(0)
+    try:
+        before = aionative.engine_stats()
+        assert await aionative.pwrite(fd, b"abc", 0) == 3
+        assert delta(before, "submitted") == 1 and delta(before, "inline_writes") == 0
+    finally:
+        aionative.set_inline_budget(None)
+
+
+async def test_file_objects_and_write_bytes_write_inline(
+        native_backend: str, wide_budget: None, tmp_path: Path) -> None:
+    data = os.urandom(100_000)
+    before = aionative.engine_stats()
+    async with aionative.open(tmp_path / "f", "wb") as f:
+        await f.write(data)
+        await f.flush()
+        await f.write(b"tail")
+    assert await aionative.write_bytes(tmp_path / "g", data) == len(data)
+    assert delta(before, "inline_writes") >= 3
+    assert (tmp_path / "f").read_bytes() == data + b"tail"
+    assert (tmp_path / "g").read_bytes() == data
+
+
+async def test_every_backend_writes_what_os_pwrite_writes(
+        backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    """Inline or not, the file ends up as ``os.pwrite`` would leave it, with the same counts."""
+    ours = rw_fd(fd_of, tmp_path / "ours")
+    theirs = rw_fd(fd_of, tmp_path / "theirs")
+    writes = [(os.urandom(n), off) for n, off in
+              ((1, 0), (4096, 4096), (5000, 100), (1 << 20, 3), (7, (1 << 20) + 10))]
+    for data, off in writes:
+        assert await aionative.pwrite(ours, data, off) == os.pwrite(theirs, data, off)
+    size = os.fstat(theirs).st_size
+    assert os.fstat(ours).st_size == size
+    assert os.pread(ours, size, 0) == os.pread(theirs, size, 0)
+    await asyncio.gather(*[aionative.pwrite(ours, bytes([i]) * 4096, i * 4096)
+                           for i in range(64)])
+    assert os.pread(ours, 64 * 4096, 0) == b"".join(bytes([i]) * 4096 for i in range(64))
