@@ -384,7 +384,7 @@ async def _w5_cell(fd: int, offs: list[int], n: int, seconds: float) -> tuple[fl
     stop[0] = True
     await asyncio.gather(*tasks)
     ops = d1 - d0
-    keys = ("syscalls", "wakeups", "inline_hits")
+    keys = ("syscalls", "wakeups", "inline_writes")
     per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}" for k in keys if k in s1)
     return ops / (t1 - t0), (f"CPU µs a write: loop {(c1[0] - c0[0]) * 1e6 / ops:.1f} + other "
                              f"threads {(c1[1] - c0[1]) * 1e6 / ops:.1f}; a write: {per}")
