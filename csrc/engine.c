@@ -665,7 +665,8 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     }
     uint64_t got = 0;
     int ok = 0;
-    if (fast && view.len > 0 && view.len <= INLINE_MAX)
+    uint64_t most = kind == OP_WRITE ? WRITE_INLINE_MAX : INLINE_MAX;
+    if (fast && view.len > 0 && (uint64_t)view.len <= most)
         ok = kind == OP_WRITE ? inline_write_allowed(e, fd, retry) : inline_allowed(e, fd, 0);
     if (ok > 0 && (kind == OP_WRITE
                    ? inline_write(e, fd, view.buf, (uint64_t)view.len, off, &got)
@@ -673,7 +674,7 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
         PyBuffer_Release(&view);
         return PyLong_FromUnsignedLongLong(got);
     }
-    if (ok == 0 && fast && kind == OP_WRITE && view.len > 0 && view.len <= INLINE_MAX &&
+    if (ok == 0 && fast && kind == OP_WRITE && view.len > 0 && (uint64_t)view.len <= most &&
         e->budget_ns && e->budget_spent && !e->write_calm_at) {
         PyBuffer_Release(&view);
         Py_RETURN_FALSE;

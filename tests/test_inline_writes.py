@@ -62,6 +62,19 @@ async def test_a_write_to_a_local_file_completes_inside_the_call(
     assert os.pread(fd, 30_200, 0) == expect
 
 
+async def test_a_write_over_64_kib_goes_to_the_queue(
+        native_backend: str, wide_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    """Its copy outweighs the hand-off; the kernel's worker keeps it off the loop's turn."""
+    fd = rw_fd(fd_of, tmp_path / "w")
+    eng = aionative.get_engine()
+    assert eng.write(fd, bytes(64 << 10), 0) == 64 << 10
+    data = os.urandom((64 << 10) + 1)
+    fut = eng.write(fd, data, 1)
+    assert isinstance(fut, asyncio.Future) and await fut == len(data)
+    assert os.pread(fd, len(data) + 1, 0) == b"\0" + data
+
+
 async def test_a_write_to_tmpfs_is_inline_too(native_backend: str, wide_budget: None,
                                               fd_of: Callable[..., int]) -> None:
     if not os.path.isdir("/dev/shm"):
@@ -247,7 +260,7 @@ async def test_a_fast_path_turned_off_writes_through_the_queue(
 
 async def test_file_objects_and_write_bytes_write_inline(
         native_backend: str, wide_budget: None, tmp_path: Path) -> None:
-    data = os.urandom(100_000)
+    data = os.urandom(60_000)
     before = aionative.engine_stats()
     async with aionative.open(tmp_path / "f", "wb") as f:
         await f.write(data)
@@ -265,7 +278,8 @@ async def test_every_backend_writes_what_os_pwrite_writes(
     ours = rw_fd(fd_of, tmp_path / "ours")
     theirs = rw_fd(fd_of, tmp_path / "theirs")
     writes = [(os.urandom(n), off) for n, off in
-              ((1, 0), (4096, 4096), (5000, 100), (1 << 20, 3), (7, (1 << 20) + 10))]
+              ((1, 0), (4096, 4096), (5000, 100), (64 << 10, 9), (1 << 20, 3),
+               (7, (1 << 20) + 10))]
     for data, off in writes:
         assert await aionative.pwrite(ours, data, off) == os.pwrite(theirs, data, off)
     size = os.fstat(theirs).st_size
