@@ -60,7 +60,7 @@ import resource
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -310,10 +310,27 @@ async def w3_seq() -> None:
           f"loop's speed; the last pass's {len(offs)} reads: {how}")
 
 
-async def _w2_cell(fd: int, blocks: int, n: int, seconds: float) -> None:
-    stop, done = [False], [0]
+async def _run_tasks(work: Callable[[int, list[bool]], Awaitable[None]], n: int,
+                     warmup: float, seconds: float, cpu: Callable[[], Any] = _cpu,
+                     ) -> tuple[float, Any, Any, dict[str, int], dict[str, int]]:
+    """N tasks running ``work(k, stop)`` until ``stop[0]``; after ``warmup``, time ``seconds``:
+    the elapsed time, ``cpu()`` and the engine's stats before and after."""
+    stop = [False]
+    tasks = [asyncio.ensure_future(work(k, stop)) for k in range(n)]
+    await asyncio.sleep(warmup)
+    s0, c0, t0 = aionative.engine_stats(), cpu(), time.perf_counter()
+    await asyncio.sleep(seconds)
+    s1, c1, t1 = aionative.engine_stats(), cpu(), time.perf_counter()
+    stop[0] = True
+    await asyncio.gather(*tasks)
+    return t1 - t0, c0, c1, s0, s1
 
-    async def reader(k: int) -> None:
+
+async def _w2_cell(fd: int, blocks: int, n: int, seconds: float) -> None:
+    done = [0]
+    marks: list[int] = []
+
+    async def reader(k: int, stop: list[bool]) -> None:
         buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT needs
         rnd = random.Random(k)
         while not stop[0]:
@@ -321,16 +338,14 @@ async def _w2_cell(fd: int, blocks: int, n: int, seconds: float) -> None:
             done[0] += 1
         buf.close()
 
-    tasks = [asyncio.ensure_future(reader(k)) for k in range(n)]
-    await asyncio.sleep(0.3)
-    s0, c0, t0, d0 = aionative.engine_stats(), _cpu(), time.perf_counter(), done[0]
-    await asyncio.sleep(seconds)
-    s1, c1, t1, d1 = aionative.engine_stats(), _cpu(), time.perf_counter(), done[0]
-    stop[0] = True
-    await asyncio.gather(*tasks)
-    ops = d1 - d0
+    def cpu_and_count() -> float:
+        marks.append(done[0])
+        return _cpu()
+
+    dt, c0, c1, s0, s1 = await _run_tasks(reader, n, 0.3, seconds, cpu_and_count)
+    ops = marks[1] - marks[0]
     per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}" for k in ("batches", "syscalls", "wakeups"))
-    print(f"N={n}: {ops / (t1 - t0) / 1e3:.1f}k reads/s, {(c1 - c0) * 1e6 / ops:.1f} µs CPU a "
+    print(f"N={n}: {ops / dt / 1e3:.1f}k reads/s, {(c1 - c0) * 1e6 / ops:.1f} µs CPU a "
           f"read; a read: {per}")
 
 
@@ -366,28 +381,27 @@ def _thread_cpu() -> tuple[float, float]:
 
 
 async def _w5_cell(fd: int, offs: list[int], n: int, seconds: float) -> tuple[float, str]:
-    stop, done = [False], [0]
+    done = [0]
+    marks: list[int] = []
     payload = random.Random(5).randbytes(4096)
 
-    async def writer(k: int) -> None:
+    async def writer(k: int, stop: list[bool]) -> None:
         i = k * 997
         while not stop[0]:
             await aionative.pwrite(fd, payload, offs[i % len(offs)])
             i += 1
             done[0] += 1
 
-    tasks = [asyncio.ensure_future(writer(k)) for k in range(n)]
-    await asyncio.sleep(0.2)
-    s0, c0, t0, d0 = aionative.engine_stats(), _thread_cpu(), time.perf_counter(), done[0]
-    await asyncio.sleep(seconds)
-    s1, c1, t1, d1 = aionative.engine_stats(), _thread_cpu(), time.perf_counter(), done[0]
-    stop[0] = True
-    await asyncio.gather(*tasks)
-    ops = d1 - d0
+    def cpu_and_count() -> tuple[float, float]:
+        marks.append(done[0])
+        return _thread_cpu()
+
+    dt, c0, c1, s0, s1 = await _run_tasks(writer, n, 0.2, seconds, cpu_and_count)
+    ops = marks[1] - marks[0]
     keys = ("syscalls", "wakeups", "inline_writes")
     per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}" for k in keys if k in s1)
-    return ops / (t1 - t0), (f"CPU µs a write: loop {(c1[0] - c0[0]) * 1e6 / ops:.1f} + other "
-                             f"threads {(c1[1] - c0[1]) * 1e6 / ops:.1f}; a write: {per}")
+    return ops / dt, (f"CPU µs a write: loop {(c1[0] - c0[0]) * 1e6 / ops:.1f} + other "
+                      f"threads {(c1[1] - c0[1]) * 1e6 / ops:.1f}; a write: {per}")
 
 
 def _w5_sync(fd: int, offs: list[int], seconds: float) -> float:
