@@ -1509,8 +1509,8 @@ static PyMethodDef Engine_methods[] = {
      "pwrite(fd, data, offset) -> Future[int]; short writes continue until all is written"},
     {"write", (PyCFunction)(void (*)(void))Engine_write, METH_FASTCALL,
      "write(fd, data, offset, retry=False) -> int | False | Future[int]: pwrite, done inline "
-     "(the count) to a local regular file while the iteration's budget allows; False when "
-     "the budget is spent (yield, then try again with retry=True)"},
+     "(the count) when it is at most 64 KiB to a local regular file and the iteration's "
+     "budget allows; False when the budget is spent (yield, then try again with retry=True)"},
     {"fsync", (PyCFunction)Engine_fsync, METH_O, "fsync(fd) -> Future[None]"},
     {"fdatasync", (PyCFunction)Engine_fdatasync, METH_O, "fdatasync(fd) -> Future[None]"},
     {"openat", (PyCFunction)Engine_openat, METH_VARARGS,
