@@ -51,7 +51,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
 from operator import index
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from . import _kernelops as _k
 from ._backend import _core
@@ -237,8 +237,8 @@ class AsyncBase(Generic[S]):
         return await loop.run_in_executor(self._executor, partial(fn, *args))
 
     def _try_lock(self) -> bool:
-        if self._busy or self._unfinished:
-            return False
+        if self._busy or self._unfinished or self._unfinished_staged:
+            return False  # (_lock finishes what a cancelled call left)
         self._busy = True
         self._gate.budget = 0
         assert self._raw is not None
@@ -587,7 +587,16 @@ class AsyncBase(Generic[S]):
             elif self._route == "thread":
                 fut = asyncio.ensure_future(self._in_executor(_write_all, fd, data, off))
             else:
-                fut = _write_or_queue(fd, data, max(off, 0))
+                res = _write_or_queue(fd, data, max(off, 0), False)
+                if res is False:  # the spent budget refused it: once more after a turn
+                    try:
+                        await _k.one_turn()
+                    except asyncio.CancelledError:
+                        self._unfinished_staged = [(off, data), *staged]  # the next call's
+                        raise
+                    res = _write_or_queue(fd, data, max(off, 0), True)
+                assert res is not False  # a retry refused again is queued
+                fut = res
             if fut is not None:  # (None: written inline)
                 try:
                     try:
@@ -1589,14 +1598,15 @@ def _pwrite_args(data: Any, offset: Any) -> tuple[bytes, int]:
     return view.tobytes(), offset
 
 
-def _write_or_queue(fd: int, data: bytes, off: int) -> asyncio.Future[int] | None:
+def _write_or_queue(fd: int, data: bytes, off: int, retry: bool
+                    ) -> asyncio.Future[int] | Literal[False] | None:
     """The running loop's engine writes ``data`` at ``off``: None when it was written inline,
-    else the kernel queue's operation (a write the spent budget refused goes there too: a
-    push keeps its order and its cancellation handling rather than wait a turn)."""
+    False when the spent budget refused it (wait a turn, then call again with ``retry``),
+    else the kernel queue's operation (also for a retry refused again)."""
     eng = get_engine()
-    res = eng.write(fd, data, off)
+    res = eng.write(fd, data, off, retry)
     if res is False:
-        return eng.pwrite(fd, data, off)
+        return eng.pwrite(fd, data, off) if retry else False
     return None if isinstance(res, int) else res
 
 

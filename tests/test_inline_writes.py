@@ -288,3 +288,50 @@ async def test_every_backend_writes_what_os_pwrite_writes(
     await asyncio.gather(*[aionative.pwrite(ours, bytes([i]) * 4096, i * 4096)
                            for i in range(64)])
     assert os.pread(ours, 64 * 4096, 0) == b"".join(bytes([i]) * 4096 for i in range(64))
+
+
+def spend_the_budget(fd: int) -> None:
+    """Open this iteration's inline window with a write, then let its 1 µs run out."""
+    assert aionative.get_engine().write(fd, b"z", 0) == 1
+    time.sleep(0.001)
+
+
+async def test_a_file_push_the_budget_refused_waits_a_turn(
+        native_backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    """A flush that finds the budget spent waits a turn and writes inline as a retry, not
+    through the queue (its writes keep their order: the file is locked meanwhile)."""
+    other = rw_fd(fd_of, tmp_path / "other")
+    aionative.set_inline_budget(1)
+    try:
+        async with aionative.open(tmp_path / "f", "wb") as f:
+            await f.write(b"abc")
+            await asyncio.sleep(0)
+            spend_the_budget(other)
+            before = aionative.engine_stats()
+            await f.flush()
+            assert delta(before, "submitted") == 0 and delta(before, "inline_writes") == 1
+            assert delta(before, "inline_retries") == 1
+            assert (tmp_path / "f").read_bytes() == b"abc"
+    finally:
+        aionative.set_inline_budget(None)
+
+
+async def test_a_push_cancelled_during_its_turn_is_written_by_the_next_call(
+        native_backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    other = rw_fd(fd_of, tmp_path / "other")
+    aionative.set_inline_budget(1)
+    try:
+        f = await aionative.open(tmp_path / "f", "wb")
+        await f.write(b"abc")
+        await asyncio.sleep(0)
+        spend_the_budget(other)
+        coro = f.flush()
+        assert coro.send(None) is None   # refused: waiting a turn (a bare yield)
+        with pytest.raises(asyncio.CancelledError):
+            coro.throw(asyncio.CancelledError())
+        assert (tmp_path / "f").read_bytes() == b""     # not written yet, not lost
+        await f.write(b"def")
+        await f.close()
+        assert (tmp_path / "f").read_bytes() == b"abcdef"
+    finally:
+        aionative.set_inline_budget(None)
