@@ -40,6 +40,12 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         process's other threads, io_uring's ``iou-wrk`` workers among them), and the engine's
         system calls, wake-ups and inline writes a write (median run).
 
+    python -m bench.inproc log-lines [--n 20000]
+        A log shipper's appends: N lines of 100 bytes written to a file opened ``"ab"``, each
+        followed by ``flush()`` (then again without the flushes), by the builtin ``open``,
+        ``aionative.open`` and ``aiofiles.open`` in turn: lines/s, CPU µs a line, and how
+        aionative's writes went (inline, queued).
+
 ``--turn-min BYTES`` sets ``aionative.pread``'s ``TURN_MIN`` for any of them (0: every read the
 spent budget refused waits a turn instead of going to the kernel queue).
 
@@ -454,11 +460,54 @@ async def w5_write(ns: list[int], seconds: float, tmpfs: bool) -> None:
                   f"{sync / 1e3:.1f}k; {how}")
 
 
+async def log_lines(count: int) -> None:
+    import aiofiles
+
+    line = b"x" * 99 + b"\n"
+
+    def builtin(path: str, flush: bool) -> None:
+        with open(path, "ab") as f:
+            for _ in range(count):
+                f.write(line)
+                if flush:
+                    f.flush()
+
+    async def through(opener: Callable[..., Any], path: str, flush: bool) -> None:
+        async with opener(path, "ab") as f:
+            for _ in range(count):
+                await f.write(line)
+                if flush:
+                    await f.flush()
+
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=DATA_DIR) as d:  # on the data disk (ext4 here)
+        for flush in (True, False):
+            for name in ("builtin", "aionative", "aiofiles"):
+                path = os.path.join(d, name)
+                s0, c0, t0 = aionative.engine_stats(), _cpu(), time.perf_counter()
+                if name == "builtin":
+                    builtin(path, flush)
+                else:
+                    await through(aionative.open if name == "aionative" else aiofiles.open,
+                                  path, flush)
+                dt, c1, s1 = time.perf_counter() - t0, _cpu(), aionative.engine_stats()
+                assert os.path.getsize(path) == count * len(line)
+                os.unlink(path)
+                how = ""
+                if name == "aionative":
+                    how = ", ".join(f"{k} {s1.get(k, 0) - s0.get(k, 0)}"
+                                    for k in ("inline_writes", "submitted", "inline_retries"))
+                print(f"{'write+flush' if flush else 'write':11s} {name:9s} "
+                      f"{count / dt / 1e3:8.1f}k lines/s {(c1 - c0) / count * 1e6:7.2f} µs CPU "
+                      f"a line {how}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
-                                     "w6-turns", "w2-direct", "w3-seq", "w5-write"])
+                                     "w6-turns", "w2-direct", "w3-seq", "w5-write",
+                                     "log-lines"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -488,6 +537,8 @@ def main() -> None:
         coro = w3_seq()
     elif args.what == "w2-direct":
         coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
+    elif args.what == "log-lines":
+        coro = log_lines((args.n or [20000])[0])
     elif args.what == "w5-write":
         coro = w5_write(args.n or [1, 64], args.seconds if args.seconds != 6.0 else 2.0,
                         args.tmpfs)
