@@ -41,6 +41,21 @@ def wide_budget() -> Any:
     aionative.set_inline_budget(None)
 
 
+@pytest.fixture
+def tiny_budget() -> Any:
+    """A 1 µs budget: the first call of an iteration spends it (see spend_the_budget)."""
+    aionative.set_inline_budget(1)
+    yield
+    aionative.set_inline_budget(None)
+
+
+def spend_the_budget(fd: int, data: bytes = b"z") -> None:
+    """Open this iteration's inline window with a write of ``data`` at 0, then let its 1 µs
+    run out."""
+    assert aionative.get_engine().write(fd, data, 0) == len(data)
+    time.sleep(0.001)
+
+
 def rw_fd(fd_of: Callable[..., int], path: Path, extra: int = 0) -> int:
     return fd_of(path, os.O_RDWR | os.O_CREAT | extra)
 
@@ -140,43 +155,36 @@ async def test_a_fifo_is_not_written_inline(native_backend: str, wide_budget: No
     assert delta(before, "inline_writes") == 0
 
 
-async def test_a_spent_budget_makes_a_write_wait_a_turn(native_backend: str, tmp_path: Path,
-                                                        fd_of: Callable[..., int]) -> None:
+async def test_a_spent_budget_makes_a_write_wait_a_turn(
+        native_backend: str, tiny_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
     """False (nothing written) once the iteration's budget is spent; ``pwrite`` then yields a
     turn and writes inline as a retry, not through the queue."""
     fd = rw_fd(fd_of, tmp_path / "w")
-    aionative.set_inline_budget(1)   # 1 µs: spent by the first call of an iteration
-    try:
-        eng = aionative.get_engine()
-        await asyncio.sleep(0)
-        assert eng.write(fd, b"a", 0) == 1
-        time.sleep(0.001)  # noqa: ASYNC251 - spends the iteration's 1 µs budget
-        assert eng.write(fd, b"b", 1) is False
-        assert os.pread(fd, 10, 0) == b"a"
-        before = eng.stats()
-        assert await aionative.pwrite(fd, b"cd", 1) == 2
-        assert delta(before, "submitted") == 0 and delta(before, "inline_writes") == 1
-        assert delta(before, "inline_retries") == 1
-        assert os.pread(fd, 10, 0) == b"acd"
-    finally:
-        aionative.set_inline_budget(None)
+    eng = aionative.get_engine()
+    await asyncio.sleep(0)
+    spend_the_budget(fd, b"a")
+    assert eng.write(fd, b"b", 1) is False
+    assert os.pread(fd, 10, 0) == b"a"
+    before = eng.stats()
+    assert await aionative.pwrite(fd, b"cd", 1) == 2
+    assert delta(before, "submitted") == 0 and delta(before, "inline_writes") == 1
+    assert delta(before, "inline_retries") == 1
+    assert os.pread(fd, 10, 0) == b"acd"
 
 
 async def test_a_write_waiting_for_its_turn_can_be_cancelled(
-        native_backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
+        native_backend: str, tiny_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
     fd = rw_fd(fd_of, tmp_path / "w")
-    aionative.set_inline_budget(1)
-    try:
-        await asyncio.sleep(0)
-        assert aionative.get_engine().write(fd, b"a", 0) == 1
-        time.sleep(0.001)  # noqa: ASYNC251 - spends the iteration's 1 µs budget
-        coro = aionative.pwrite(fd, b"b", 1)
-        assert coro.send(None) is None   # refused: it waits a turn (a bare yield)
-        with pytest.raises(asyncio.CancelledError):
-            coro.throw(asyncio.CancelledError())
-        assert os.pread(fd, 10, 0) == b"a"   # never written
-    finally:
-        aionative.set_inline_budget(None)
+    await asyncio.sleep(0)
+    spend_the_budget(fd, b"a")
+    coro = aionative.pwrite(fd, b"b", 1)
+    assert coro.send(None) is None   # refused: it waits a turn (a bare yield)
+    with pytest.raises(asyncio.CancelledError):
+        coro.throw(asyncio.CancelledError())
+    await asyncio.sleep(0.01)
+    assert os.pread(fd, 10, 0) == b"a"   # never written
 
 
 async def test_a_write_from_the_refused_queue_is_a_count_not_a_descriptor(
@@ -290,48 +298,36 @@ async def test_every_backend_writes_what_os_pwrite_writes(
     assert os.pread(ours, 64 * 4096, 0) == b"".join(bytes([i]) * 4096 for i in range(64))
 
 
-def spend_the_budget(fd: int) -> None:
-    """Open this iteration's inline window with a write, then let its 1 µs run out."""
-    assert aionative.get_engine().write(fd, b"z", 0) == 1
-    time.sleep(0.001)
-
-
 async def test_a_file_push_the_budget_refused_waits_a_turn(
-        native_backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
+        native_backend: str, tiny_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
     """A flush that finds the budget spent waits a turn and writes inline as a retry, not
     through the queue (its writes keep their order: the file is locked meanwhile)."""
     other = rw_fd(fd_of, tmp_path / "other")
-    aionative.set_inline_budget(1)
-    try:
-        async with aionative.open(tmp_path / "f", "wb") as f:
-            await f.write(b"abc")
-            await asyncio.sleep(0)
-            spend_the_budget(other)
-            before = aionative.engine_stats()
-            await f.flush()
-            assert delta(before, "submitted") == 0 and delta(before, "inline_writes") == 1
-            assert delta(before, "inline_retries") == 1
-            assert (tmp_path / "f").read_bytes() == b"abc"
-    finally:
-        aionative.set_inline_budget(None)
-
-
-async def test_a_push_cancelled_during_its_turn_is_written_by_the_next_call(
-        native_backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
-    other = rw_fd(fd_of, tmp_path / "other")
-    aionative.set_inline_budget(1)
-    try:
-        f = await aionative.open(tmp_path / "f", "wb")
+    async with aionative.open(tmp_path / "f", "wb") as f:
         await f.write(b"abc")
         await asyncio.sleep(0)
         spend_the_budget(other)
-        coro = f.flush()
-        assert coro.send(None) is None   # refused: waiting a turn (a bare yield)
-        with pytest.raises(asyncio.CancelledError):
-            coro.throw(asyncio.CancelledError())
-        assert (tmp_path / "f").read_bytes() == b""     # not written yet, not lost
-        await f.write(b"def")
-        await f.close()
-        assert (tmp_path / "f").read_bytes() == b"abcdef"
-    finally:
-        aionative.set_inline_budget(None)
+        before = aionative.engine_stats()
+        await f.flush()
+        assert delta(before, "submitted") == 0 and delta(before, "inline_writes") == 1
+        assert delta(before, "inline_retries") == 1
+        assert (tmp_path / "f").read_bytes() == b"abc"
+
+
+async def test_a_push_cancelled_during_its_turn_is_written_by_the_next_call(
+        native_backend: str, tiny_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    other = rw_fd(fd_of, tmp_path / "other")
+    f = await aionative.open(tmp_path / "f", "wb")
+    await f.write(b"abc")
+    await asyncio.sleep(0)
+    spend_the_budget(other)
+    coro = f.flush()
+    assert coro.send(None) is None   # refused: waiting a turn (a bare yield)
+    with pytest.raises(asyncio.CancelledError):
+        coro.throw(asyncio.CancelledError())
+    assert (tmp_path / "f").read_bytes() == b""     # not written yet, not lost
+    await f.write(b"def")
+    await f.close()
+    assert (tmp_path / "f").read_bytes() == b"abcdef"
