@@ -215,7 +215,10 @@ async def _copy_upload(eng: EngineLike, upload: UploadFile, out: int, chunk_size
 
 
 async def _write_all(eng: EngineLike, fd: int, data: bytes, offset: int) -> int:
-    fut = eng.pwrite(fd, data, offset)
+    res = eng.write(fd, data, offset)  # inline when it can be (a small upload held in memory)
+    if res is not False and isinstance(res, int):
+        return res
+    fut = eng.pwrite(fd, data, offset) if res is False else res
     try:
         return await asyncio.shield(fut)
     finally:

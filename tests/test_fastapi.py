@@ -211,6 +211,25 @@ async def test_save_upload_sources_and_errors(tmp_path: Path) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_small_upload_in_memory_is_written_inline(native_backend: str,
+                                                          tmp_path: Path) -> None:
+    """Held in memory (Starlette spools up to 1 MiB) and small: one inline write, no kernel
+    worker hand-off; large ones and copies from disk go through the kernel queue."""
+    aionative.set_inline_budget(1e6)
+    try:
+        data = os.urandom(5000)
+        for spooled in (True, False):
+            upload = _upload(data, spooled=spooled)
+            before = aionative.engine_stats()["inline_writes"]
+            assert await save_upload(upload, tmp_path / "out.bin") == len(data)
+            assert aionative.engine_stats()["inline_writes"] - before == 1
+            assert (tmp_path / "out.bin").read_bytes() == data
+            await upload.close()
+    finally:
+        aionative.set_inline_budget(None)
+
+
+@pytest.mark.asyncio
 async def test_save_upload_replaces_the_destination_whole(tmp_path: Path) -> None:
     """The upload is written to a temporary file beside the destination and renamed over it
     when complete: a reader of the destination never sees a part; a symlink there is replaced,
