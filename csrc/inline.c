@@ -238,9 +238,15 @@ int inline_write(engine_t *e, int fd, const char *buf, uint64_t len, int64_t off
         e->sleeps_window = e->window_start;
         e->sleeps_at_start = thread_sleeps(e);
     }
-    uint64_t t0 = mono_ns(), done = 0;
+    uint64_t t0, t1, done = 0;
+    int slept;
+    /* Without the GIL, as os.pwrite: a write that sleeps (a frozen filesystem sleeps until it
+     * thaws) stops the loop, not the process's other threads. Timed in here, so that taking
+     * the GIL back does not count. */
+    Py_BEGIN_ALLOW_THREADS
+    t0 = mono_ns();
     while (done < len) {
-        size_t want = (size_t)(len - done);  /* len <= INLINE_MAX */
+        size_t want = (size_t)(len - done);  /* len <= WRITE_INLINE_MAX */
         int stop = fault_hit(FP_INLINE_WRITE) != 0;
         if (stop && fault_errno[FP_INLINE_WRITE])
             break;  /* armed with an errno: as if the write failed before writing */
@@ -253,9 +259,10 @@ int inline_write(engine_t *e, int fd, const char *buf, uint64_t len, int64_t off
         if (n <= 0 || stop)
             break;
     }
-    uint64_t t1 = mono_ns();
-    if ((t1 - t0 > WRITE_STALL_NS && thread_sleeps(e) != e->sleeps_at_start) ||
-        fault_hit(FP_WRITE_STALL)) {
+    t1 = mono_ns();
+    slept = t1 - t0 > WRITE_STALL_NS && thread_sleeps(e) != e->sleeps_at_start;
+    Py_END_ALLOW_THREADS
+    if (slept || fault_hit(FP_WRITE_STALL)) {
         e->write_calm_at = t1 + WRITE_CALM_NS;
         e->st.write_stalls++;
     }

@@ -1,7 +1,8 @@
-"""Real faults, not injected ones: a filesystem that fills up, a file truncated or deleted by
-someone else while it is being read, a descriptor closed under an operation in flight.
+"""Real faults, not injected ones: a filesystem that fills up, a filesystem frozen under a
+write, a file truncated or deleted by someone else while it is being read, a descriptor closed
+under an operation in flight.
 
-The tmpfs test needs to mount (root); it is skipped where that is not permitted.
+The tmpfs and ext4 tests need to mount (root); they are skipped where that is not permitted.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import asyncio
 import errno
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +36,92 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def freezable_ext4(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB ext4 image mounted on a loop device: ``fsfreeze`` can freeze it (writes then
+    sleep until it thaws) without touching any other filesystem."""
+    img, mnt = tmp_path / "ext4.img", tmp_path / "ext4"
+    mnt.mkdir()
+    with open(img, "wb") as f:
+        f.truncate(16 << 20)
+    for cmd in (["mkfs.ext4", "-q", "-F", str(img)], ["mount", "-o", "loop", str(img), str(mnt)]):
+        try:
+            res = subprocess.run(cmd, capture_output=True, check=False)
+        except FileNotFoundError as exc:
+            pytest.skip(f"{cmd[0]}: {exc}")
+        if res.returncode != 0:
+            pytest.skip(f"{' '.join(cmd[:2])}: {res.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["fsfreeze", "-u", str(mnt)], capture_output=True, check=False)
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def freeze_for(mnt: Path, seconds: float) -> subprocess.Popen[bytes]:
+    """Freeze ``mnt`` now and thaw it ``seconds`` later from another process (the loop's
+    thread may be asleep in a write by then)."""
+    res = subprocess.run(["fsfreeze", "-f", str(mnt)], capture_output=True, check=False)
+    if res.returncode != 0:
+        pytest.skip(f"fsfreeze: {res.stderr.decode().strip()}")
+    return subprocess.Popen(["sh", "-c", f"sleep {seconds}; fsfreeze -u '{mnt}'"])
+
+
+async def test_a_write_to_a_frozen_filesystem_stalls_the_loop_once(
+        native_backend: str, freezable_ext4: Path) -> None:
+    """An inline write that sleeps (here until the filesystem thaws) is a stall: the writes of
+    the next second go to the kernel queue, where on io_uring a frozen filesystem holds a
+    kernel worker and the loop runs on (Linux AIO copies a buffered write inside io_submit, on
+    the loop's thread, as it always did)."""
+    fd = os.open(freezable_ext4 / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        assert await aionative.pwrite(fd, b"a", 0) == 1
+        before = aionative.engine_stats()
+        counted, stop = [0], threading.Event()
+
+        def other_thread() -> None:  # runs while the loop's thread sleeps in the write
+            while not stop.wait(0.001):
+                counted[0] += 1
+
+        thaw = freeze_for(freezable_ext4, 0.3)
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        t0 = time.perf_counter()
+        try:
+            assert await aionative.pwrite(fd, b"b", 1) == 1   # inline: asleep until the thaw
+            slept, seen = time.perf_counter() - t0, counted[0]
+        finally:
+            stop.set()
+            thread.join()
+        thaw.wait()
+        assert slept >= 0.2
+        assert seen >= 50  # the write let go of the GIL, as os.pwrite does
+        after = aionative.engine_stats()
+        assert after["write_stalls"] - before["write_stalls"] == 1
+        assert after["inline_writes"] - before["inline_writes"] == 1
+        if native_backend == "io_uring":
+            ticks = [0]
+
+            async def ticker() -> None:
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks[0] += 1
+
+            thaw = freeze_for(freezable_ext4, 0.5)
+            task = asyncio.ensure_future(ticker())
+            await asyncio.sleep(0)
+            assert await aionative.pwrite(fd, b"c", 2) == 1   # queued: a worker waits
+            task.cancel()
+            thaw.wait()
+            assert ticks[0] >= 10            # the loop turned while the write waited
+        else:
+            assert await aionative.pwrite(fd, b"c", 2) == 1
+        assert aionative.engine_stats()["submitted"] > after["submitted"]
+        assert os.pread(fd, 3, 0) == b"abc"
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("mode,buffering", [("wb", 0), ("wb", -1), ("w", -1)])
