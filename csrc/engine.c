@@ -668,14 +668,13 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     uint64_t most = kind == OP_WRITE ? WRITE_INLINE_MAX : INLINE_MAX;
     if (fast && view.len > 0 && (uint64_t)view.len <= most)
         ok = kind == OP_WRITE ? inline_write_allowed(e, fd, retry) : inline_allowed(e, fd, 0);
-    if (ok > 0 && (kind == OP_WRITE
+    if (ok == 1 && (kind == OP_WRITE
                    ? inline_write(e, fd, view.buf, (uint64_t)view.len, off, &got)
                    : inline_read(e, fd, view.buf, (uint64_t)view.len, off, -1, &got))) {
         PyBuffer_Release(&view);
         return PyLong_FromUnsignedLongLong(got);
     }
-    if (ok == 0 && fast && kind == OP_WRITE && view.len > 0 && (uint64_t)view.len <= most &&
-        e->budget_ns && e->budget_spent && !e->write_calm_at) {
+    if (ok == WRITE_LATER && kind == OP_WRITE) {
         PyBuffer_Release(&view);
         Py_RETURN_FALSE;
     }
@@ -1510,7 +1509,8 @@ static PyMethodDef Engine_methods[] = {
     {"write", (PyCFunction)(void (*)(void))Engine_write, METH_FASTCALL,
      "write(fd, data, offset, retry=False) -> int | False | Future[int]: pwrite, done inline "
      "(the count) when it is at most 64 KiB to a local regular file and the iteration's "
-     "budget allows; False when the budget is spent (yield, then try again with retry=True)"},
+     "budget allows; False when only the spent budget stood in the way (yield, then try "
+     "again with retry=True); else the kernel queue's future"},
     {"fsync", (PyCFunction)Engine_fsync, METH_O, "fsync(fd) -> Future[None]"},
     {"fdatasync", (PyCFunction)Engine_fdatasync, METH_O, "fdatasync(fd) -> Future[None]"},
     {"openat", (PyCFunction)Engine_openat, METH_VARARGS,

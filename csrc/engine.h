@@ -33,6 +33,9 @@
  * WRITE_CALM_NS (see inline_write). */
 #define WRITE_STALL_NS 1000000u
 #define WRITE_CALM_NS 1000000000u
+/* Taking the GIL back after an inline write took longer than this: another thread had it (the
+ * loop's thread slept meanwhile). */
+#define GIL_WAIT_NS 50000u
 /* Larger writes go to the kernel queue: their copy outweighs the hand-off, and io_uring's
  * worker (or Linux AIO's io_submit, in one batch) keeps it off the loop's turns (W5F's 1 MiB
  * writes inline: 0.79-0.86x the sync loop against 0.82-0.99x queued, and more loop lag). */
@@ -273,8 +276,9 @@ int inline_allowed(engine_t *e, int fd, int retry);
 int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
                 uint64_t *got);
 int inline_empty_read(engine_t *e, int fd, int64_t off);
-/* 1 if a write on `fd` may be done inline now, 0 if it goes to the kernel queue (the budget
- * is spent if e->budget_spent says so), -1 on error. */
+/* 1 if a write on `fd` may be done inline now, WRITE_LATER if it could be but the budget is
+ * spent (the caller yields a turn and retries), 0 if it goes to the kernel queue, -1 on error. */
+#define WRITE_LATER 2
 int inline_write_allowed(engine_t *e, int fd, int retry);
 int inline_write(engine_t *e, int fd, const char *buf, uint64_t len, int64_t off,
                  uint64_t *got);

@@ -194,9 +194,10 @@ static int local_mount(engine_t *e, int fd, const struct statx *sx)
  * such writes are done inline, like cached reads, under the same budget. Unlike a RWF_NOWAIT
  * read, a plain write can sleep: dirty-page throttling, a partial page read from the disk, a
  * journal or inode lock. Each is timed; one slower than WRITE_STALL_NS, in which the thread
- * slept (a voluntary context switch since the iteration's first write: not a preemption or a
- * virtual CPU the host did not run), sends every write to the kernel queue for WRITE_CALM_NS,
- * where a sleep is a worker's, not the loop's. */
+ * slept (its voluntary context switches went up since the iteration's first write: not a
+ * preemption or a virtual CPU the host did not run, nor a wait to take the GIL back), sends
+ * every write to the kernel queue for WRITE_CALM_NS, where a sleep is a worker's, not the
+ * loop's. */
 
 /* The loop thread's voluntary context switches (it slept) so far; -1 if unknown. */
 static long thread_sleeps(engine_t *e)
@@ -204,6 +205,22 @@ static long thread_sleeps(engine_t *e)
     struct rusage ru;
     e->st.syscalls++;
     return getrusage(RUSAGE_THREAD, &ru) < 0 ? -1 : ru.ru_nvcsw;
+}
+
+/* Whether a write to `fd` could be done inline: not where it waits for the device (O_DIRECT,
+ * O_SYNC, O_DSYNC), not on a descriptor that cannot write (the queue reports EBADF), and only
+ * to a regular file of a local filesystem: a pipe, a device or a network filesystem's write
+ * may wait. */
+static int write_eligible(engine_t *e, int fd)
+{
+    e->st.syscalls++;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || (fl & (O_DIRECT | O_DSYNC | O_SYNC)) || (fl & O_ACCMODE) == O_RDONLY)
+        return 0;
+    struct statx sx;
+    if (fd_statx(e, fd, STATX_TYPE, &sx) < 0 || !S_ISREG(sx.stx_mode))
+        return 0;
+    return local_mount(e, fd, &sx);
 }
 
 int inline_write_allowed(engine_t *e, int fd, int retry)
@@ -214,19 +231,12 @@ int inline_write_allowed(engine_t *e, int fd, int retry)
         e->write_calm_at = 0;
     }
     int ok = inline_budget_ok(e, retry);
-    if (ok <= 0)
+    if (ok < 0)
         return ok;
-    /* Not where the write waits for the device (O_DIRECT, O_SYNC, O_DSYNC), not on a
-     * descriptor that cannot write (the queue reports EBADF), and only to a regular file of
-     * a local filesystem: a pipe, a device or a network filesystem's write may wait. */
-    e->st.syscalls++;
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || (fl & (O_DIRECT | O_DSYNC | O_SYNC)) || (fl & O_ACCMODE) == O_RDONLY)
-        return 0;
-    struct statx sx;
-    if (fd_statx(e, fd, STATX_TYPE, &sx) < 0 || !S_ISREG(sx.stx_mode))
-        return 0;
-    return local_mount(e, fd, &sx);
+    /* Refused by the budget: worth a turn only if it could be done inline then. */
+    if (ok == 0)
+        return e->budget_ns && e->budget_spent && write_eligible(e, fd) ? WRITE_LATER : 0;
+    return write_eligible(e, fd);
 }
 
 /* Write buf[0..len) at `off` on the loop's thread. 1: all of it is written; 0: the rest must
@@ -240,18 +250,18 @@ int inline_write(engine_t *e, int fd, const char *buf, uint64_t len, int64_t off
     }
     uint64_t t0, t1, done = 0;
     int slept;
+    /* Decided here, with the GIL: the fault counters are shared by every engine. */
+    int stop = fault_hit(FP_INLINE_WRITE) != 0;
+    int fail = stop && fault_errno[FP_INLINE_WRITE];  /* as if it failed before writing */
     /* Without the GIL, as os.pwrite: a write that sleeps (a frozen filesystem sleeps until it
      * thaws) stops the loop, not the process's other threads. Timed in here, so that taking
-     * the GIL back does not count. */
+     * the GIL back is not counted as the kernel's. */
     Py_BEGIN_ALLOW_THREADS
     t0 = mono_ns();
-    while (done < len) {
+    while (done < len && !fail) {
         size_t want = (size_t)(len - done);  /* len <= WRITE_INLINE_MAX */
-        int stop = fault_hit(FP_INLINE_WRITE) != 0;
-        if (stop && fault_errno[FP_INLINE_WRITE])
-            break;  /* armed with an errno: as if the write failed before writing */
         if (stop)
-            want /= 2;
+            want /= 2;  /* half of it, then it stops */
         e->st.syscalls++;
         ssize_t n = want ? pwrite(fd, buf + done, want, off + (int64_t)done) : 0;
         if (n > 0)
@@ -262,6 +272,12 @@ int inline_write(engine_t *e, int fd, const char *buf, uint64_t len, int64_t off
     t1 = mono_ns();
     slept = t1 - t0 > WRITE_STALL_NS && thread_sleeps(e) != e->sleeps_at_start;
     Py_END_ALLOW_THREADS
+    /* Taking the GIL back waited for another thread (a forced switch, which any Python code
+     * of the loop meets once a switch interval): not the write's sleep, and the queue would
+     * not avoid it. The thread slept meanwhile: a new baseline, so that the next write's test
+     * does not count that sleep as its own. */
+    if (mono_ns() - t1 > GIL_WAIT_NS)
+        e->sleeps_at_start = thread_sleeps(e);
     if (slept || fault_hit(FP_WRITE_STALL)) {
         e->write_calm_at = t1 + WRITE_CALM_NS;
         e->st.write_stalls++;
