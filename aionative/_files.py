@@ -68,6 +68,7 @@ from ._raw import (
     off_t,
     rmw_blocks,
 )
+from ._threads import ThreadsEngine
 
 if TYPE_CHECKING:
     from ._core import LazyReader
@@ -592,7 +593,14 @@ class AsyncBase(Generic[S]):
                     try:
                         await _k.one_turn()
                     except asyncio.CancelledError:
-                        self._unfinished_staged = [(off, data), *staged]  # the next call's
+                        # Cancelled (a close's timeout, say): the kernel takes the write now,
+                        # submitted at once (a close may follow before the iteration's batch),
+                        # as if it had been queued; the next call reports it, as below.
+                        eng = get_engine()
+                        self._unfinished.append(eng.pwrite(fd, data, max(off, 0)))
+                        if not isinstance(eng, ThreadsEngine):  # (its writes start at once)
+                            eng._flush()
+                        self._unfinished_staged = staged
                         raise
                     res = _write_or_queue(fd, data, max(off, 0), True)
                 assert res is not False  # a retry refused again is queued

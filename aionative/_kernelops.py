@@ -160,6 +160,8 @@ async def refused_queue(eng: Any, method: str, *args: Any) -> Any:
             res = fut.result()
             if type(res) is int and method in _GIVES_FD:
                 os.close(res)
+            elif isinstance(res, asyncio.Future):  # queued for it: nobody will await it
+                eng.cancel(res)
         raise
 
 

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import mmap
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -315,19 +316,91 @@ async def test_a_file_push_the_budget_refused_waits_a_turn(
         assert (tmp_path / "f").read_bytes() == b"abc"
 
 
+def refused_then_cancelled(other: int, call: Any) -> asyncio.Task[Any]:
+    """``call`` in a task whose first step finds the budget spent (by a callback that runs
+    after the flush renews it) and waits its turn, cancelled right after that step."""
+    loop = asyncio.get_running_loop()
+    spend_the_budget(other)                       # schedules the flush that renews it
+    loop.call_soon(spend_the_budget, other)       # spends the renewed one
+    task = asyncio.ensure_future(call)
+    loop.call_soon(task.cancel)                   # after the task's first step
+    return task
+
+
 async def test_a_push_cancelled_during_its_turn_is_written_by_the_next_call(
         native_backend: str, tiny_budget: None, tmp_path: Path,
         fd_of: Callable[..., int]) -> None:
+    """Cancelled while it waited its turn: the kernel takes the write then (as one cancelled
+    while queued), and the file's next call waits for it before going on."""
     other = rw_fd(fd_of, tmp_path / "other")
     f = await aionative.open(tmp_path / "f", "wb")
     await f.write(b"abc")
-    await asyncio.sleep(0)
-    spend_the_budget(other)
-    coro = f.flush()
-    assert coro.send(None) is None   # refused: waiting a turn (a bare yield)
+    before = aionative.engine_stats()
     with pytest.raises(asyncio.CancelledError):
-        coro.throw(asyncio.CancelledError())
-    assert (tmp_path / "f").read_bytes() == b""     # not written yet, not lost
+        await refused_then_cancelled(other, f.flush())
+    assert delta(before, "inline_retries") == 0 and delta(before, "submitted") >= 1
     await f.write(b"def")
     await f.close()
     assert (tmp_path / "f").read_bytes() == b"abcdef"
+
+
+async def test_a_close_cancelled_during_its_push_turn_still_lands_the_data(
+        native_backend: str, tiny_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    """The tail a close pushes, cancelled while it waited its turn: the kernel has it before
+    the close's descriptor is closed; closing again writes nothing anywhere."""
+    other = rw_fd(fd_of, tmp_path / "other")
+    f = await aionative.open(tmp_path / "f", "wb")
+    await f.write(b"tail")
+    with pytest.raises(asyncio.CancelledError):
+        await refused_then_cancelled(other, f.close())
+    await asyncio.sleep(0.05)
+    assert (tmp_path / "f").read_bytes() == b"tail"
+    await f.close()
+    assert (tmp_path / "f").read_bytes() == b"tail"
+    assert os.pread(other, 10, 0) == b"z"
+
+
+async def test_a_spent_budget_does_not_hold_back_a_write_that_cannot_be_inline(
+        native_backend: str, tiny_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    """O_SYNC (like O_DIRECT, a pipe, a network filesystem) goes to the kernel queue at once:
+    waiting a turn would not make it inline."""
+    other = rw_fd(fd_of, tmp_path / "other")
+    synced = rw_fd(fd_of, tmp_path / "w", os.O_SYNC)
+    eng = aionative.get_engine()
+    await asyncio.sleep(0)
+    spend_the_budget(other)
+    assert eng.write(other, b"y", 1) is False
+    fut = eng.write(synced, b"x", 0)
+    assert isinstance(fut, asyncio.Future) and await fut == 1
+
+
+async def test_waiting_for_the_gil_after_a_write_is_not_a_stall(
+        native_backend: str, wide_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    """An inline write lets go of the GIL; a thread running Python code takes it when its
+    switch interval is up and keeps it for one (5 ms). That wait is not the kernel's: the
+    writes stay inline (the loop would meet the same switch in any Python code)."""
+    fd = rw_fd(fd_of, tmp_path / "w")
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    eng = aionative.get_engine()
+    before = eng.stats()
+    thread = threading.Thread(target=spin)
+    thread.start()
+    waited, end, i = 0.0, time.perf_counter() + 0.1, 0
+    try:
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            assert eng.write(fd, b"x", i % 4096) == 1
+            waited, i = max(waited, time.perf_counter() - t0), i + 1
+    finally:
+        stop.set()
+        thread.join()
+    assert waited > 0.001                       # it did wait for the GIL at least once
+    assert delta(before, "write_stalls") == 0 and delta(before, "inline_writes") == i
