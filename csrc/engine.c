@@ -1342,6 +1342,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     e->free_head = e->wait_head = e->wait_tail = OP_NONE;
     e->fork_gen = engine_fork_generation;
     e->budget_ns = DEFAULT_BUDGET_NS;
+    e->eligible_fd = -1;
     e->owner_thread = PyThread_get_thread_ident();
     e->loop_ref = PyWeakref_NewRef(loop, NULL);
     if (!e->loop_ref)

@@ -228,6 +228,7 @@ typedef struct engine {
     int budget_spent;
     uint64_t write_calm_at;   /* after a write stall: writes go to the kernel queue until
                                * this time (CLOCK_MONOTONIC ns); 0: no stall */
+    int eligible_fd;          /* the last descriptor write_eligible passed (-1: none) */
     uint64_t sleeps_window;   /* the window_start whose sleeps_at_start is known */
     long sleeps_at_start;     /* the loop thread's voluntary context switches then */
     uint64_t local_mnt;       /* the unique id (statx STATX_MNT_ID_UNIQUE) of the mount an

@@ -218,9 +218,11 @@ static int write_eligible(engine_t *e, int fd)
     if (fl < 0 || (fl & (O_DIRECT | O_DSYNC | O_SYNC)) || (fl & O_ACCMODE) == O_RDONLY)
         return 0;
     struct statx sx;
-    if (fd_statx(e, fd, STATX_TYPE, &sx) < 0 || !S_ISREG(sx.stx_mode))
+    if (fd_statx(e, fd, STATX_TYPE, &sx) < 0 || !S_ISREG(sx.stx_mode) ||
+        !local_mount(e, fd, &sx))
         return 0;
-    return local_mount(e, fd, &sx);
+    e->eligible_fd = fd;
+    return 1;
 }
 
 int inline_write_allowed(engine_t *e, int fd, int retry)
@@ -233,9 +235,12 @@ int inline_write_allowed(engine_t *e, int fd, int retry)
     int ok = inline_budget_ok(e, retry);
     if (ok < 0)
         return ok;
-    /* Refused by the budget: worth a turn only if it could be done inline then. */
+    /* Refused by the budget: worth a turn only if it could be done inline then. The last
+     * descriptor found so is taken at its word: were its number reused since, the cost is a
+     * turn for nothing (the retry asks again), never an inline write. */
     if (ok == 0)
-        return e->budget_ns && e->budget_spent && write_eligible(e, fd) ? WRITE_LATER : 0;
+        return e->budget_ns && e->budget_spent &&
+               (fd == e->eligible_fd || write_eligible(e, fd)) ? WRITE_LATER : 0;
     return write_eligible(e, fd);
 }
 

@@ -404,3 +404,23 @@ async def test_waiting_for_the_gil_after_a_write_is_not_a_stall(
         thread.join()
     assert waited > 0.001                       # it did wait for the GIL at least once
     assert delta(before, "write_stalls") == 0 and delta(before, "inline_writes") == i
+
+
+async def test_a_reused_descriptor_number_costs_a_turn_at_most(
+        native_backend: str, tiny_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    """The engine remembers the last descriptor fit for inline writes, to answer a spent
+    budget without system calls. Its number reused for a FIFO: False once (a turn for
+    nothing), then the retry looks again and queues it; nothing is written inline."""
+    other = rw_fd(fd_of, tmp_path / "other")
+    os.mkfifo(tmp_path / "fifo")
+    fifo = fd_of(tmp_path / "fifo", os.O_RDWR | os.O_NONBLOCK)
+    eng = aionative.get_engine()
+    await asyncio.sleep(0)
+    spend_the_budget(other)                 # `other` is the remembered one now
+    os.dup2(fifo, other)                    # its number is a FIFO from here on
+    before = eng.stats()
+    assert eng.write(other, b"x", 0) is False
+    with contextlib.suppress(OSError):      # (the queue writes a FIFO; os.pwrite: ESPIPE)
+        await aionative.pwrite(other, b"x", 0)
+    assert delta(before, "inline_writes") == 0 and delta(before, "submitted") == 1
