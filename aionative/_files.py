@@ -238,8 +238,8 @@ class AsyncBase(Generic[S]):
         return await loop.run_in_executor(self._executor, partial(fn, *args))
 
     def _try_lock(self) -> bool:
-        if self._busy or self._unfinished or self._unfinished_staged:
-            return False  # (_lock finishes what a cancelled call left)
+        if self._busy or self._unfinished:  # (_lock finishes what a cancelled call left;
+            return False                     # _unfinished_staged is set only beside it)
         self._busy = True
         self._gate.budget = 0
         assert self._raw is not None
