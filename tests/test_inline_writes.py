@@ -139,6 +139,7 @@ async def test_a_descriptor_that_cannot_write_gets_the_queue_and_its_error(
     assert type(got.value) is type(want.value)
     assert got.value.errno == want.value.errno == errno.EBADF
     assert delta(before, "inline_writes") == 0 and delta(before, "submitted") == 1
+    assert delta(before, "inline_misses") == 0     # not even tried: its flags said so
     assert (tmp_path / "r").read_bytes() == b"abc"
 
 
@@ -154,6 +155,7 @@ async def test_a_fifo_is_not_written_inline(native_backend: str, wide_budget: No
     with contextlib.suppress(OSError):  # (the queue writes it: os.pwrite would say ESPIPE)
         await fut
     assert delta(before, "inline_writes") == 0
+    assert delta(before, "inline_misses") == 0   # not even tried (pwrite would fail: ESPIPE)
 
 
 async def test_a_spent_budget_makes_a_write_wait_a_turn(
