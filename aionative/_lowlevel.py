@@ -4,9 +4,11 @@ loop's engine. Errors are the ``OSError`` subclasses ``os.pread``/``os.pwrite`` 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from . import _kernelops as _k
+from ._backend import _core
 from ._engine import get_engine
 from ._threads import ThreadsEngine
 
@@ -30,7 +32,7 @@ async def await_op(engine: Any, fut: asyncio.Future[T]) -> T:
         raise
 
 
-async def pread(fd: int, size: int, offset: int) -> bytes:
+async def _pread(fd: int, size: int, offset: int) -> bytes:
     """Read up to ``size`` bytes at ``offset`` (like ``os.pread``, but never blocking the loop).
 
     Reads larger than the kernel's per-call limit are split; a short result means end of file.
@@ -72,7 +74,7 @@ async def _large_read(eng: Any, fd: int, size: int, offset: int) -> bytes | asyn
     return eng.pread(fd, size, offset)  # type: ignore[no-any-return]
 
 
-async def preadinto(fd: int, buffer: Any, offset: int) -> int:
+async def _preadinto(fd: int, buffer: Any, offset: int) -> int:
     """Read into a writable buffer at ``offset``; returns the number of bytes read.
 
     The buffer stays exported (a bytearray cannot be resized) until the kernel is done with
@@ -85,7 +87,7 @@ async def preadinto(fd: int, buffer: Any, offset: int) -> int:
     return await await_op(eng, res)
 
 
-async def pwrite(fd: int, data: Any, offset: int) -> int:
+async def _pwrite(fd: int, data: Any, offset: int) -> int:
     """Write all of ``data`` at ``offset``; short writes continue until everything is written.
 
     On an error after part was written, the ``OSError`` carries ``characters_written``.
@@ -109,6 +111,29 @@ async def _write_later(eng: Any, res: Any, fd: int, data: Any, offset: int) -> i
         if type(res) is int:
             return res
     return await await_op(eng, res)
+
+
+def set_turn_min(size: int) -> None:
+    """Set ``TURN_MIN`` (benchmarks and tests: 0 sends every read the spent budget refused
+    round a turn)."""
+    global TURN_MIN
+    TURN_MIN = size
+    if _core is not None:
+        _core.call_setup(_pread, _preadinto, _pwrite, _write_later, size, asyncio.CancelledError)
+
+
+pread: Callable[[int, int, int], Coroutine[Any, Any, bytes]]
+preadinto: Callable[[int, Any, int], Coroutine[Any, Any, int]]
+pwrite: Callable[[int, Any, int], Coroutine[Any, Any, int]]
+if _core is not None:
+    # The same calls without a coroutine (csrc/call.c): their first step finds the engine and
+    # does the call in C, and a call done inline returns at once; the functions above remain
+    # the threads engine's path.
+    set_turn_min(TURN_MIN)
+    Coroutine.register(_core.Call)
+    pread, preadinto, pwrite = _core.pread, _core.preadinto, _core.pwrite
+else:
+    pread, preadinto, pwrite = _pread, _preadinto, _pwrite
 
 
 def _fildes(fd: Any) -> int:

@@ -522,7 +522,7 @@ def main() -> None:
     if args.no_gc:
         gc.disable()
     if args.turn_min is not None:
-        _lowlevel.TURN_MIN = args.turn_min
+        _lowlevel.set_turn_min(args.turn_min)
     if args.backend:
         aionative.set_default_backend(args.backend)
     if args.what == "gather-reads":

@@ -623,17 +623,17 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
     return engine_start(e, idx);
 }
 
-static PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
+PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     return engine_pread(e, args, n, "pread", PREAD_QUEUE);
 }
 
-static PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n)
+PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     return engine_pread(e, args, n, "read", PREAD_INLINE);
 }
 
-static PyObject *Engine_read_inline(engine_t *e, PyObject *const *args, Py_ssize_t n)
+PyObject *Engine_read_inline(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     return engine_pread(e, args, n, "read_inline", PREAD_INLINE_ONLY);
 }
@@ -699,7 +699,7 @@ static PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t
     return engine_buffer_op(e, args, n, "preadinto", OP_READINTO, 0);
 }
 
-static PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t n)
+PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     return engine_buffer_op(e, args, n, "readinto", OP_READINTO, 1);
 }
@@ -709,7 +709,7 @@ static PyObject *Engine_pwrite(engine_t *e, PyObject *const *args, Py_ssize_t n)
     return engine_buffer_op(e, args, n, "pwrite", OP_WRITE, 0);
 }
 
-static PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n)
+PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     return engine_buffer_op(e, args, n, "write", OP_WRITE, 1);
 }
@@ -1058,7 +1058,7 @@ static void engine_abandon(engine_t *e, uint32_t idx)
     }
 }
 
-static PyObject *Engine_cancel(engine_t *e, PyObject *fut)
+PyObject *Engine_cancel(engine_t *e, PyObject *fut)
 {
     if (e->fork_gen != engine_fork_generation || e->closed)
         Py_RETURN_FALSE;

@@ -258,6 +258,14 @@ extern unsigned long engine_fork_generation;
 extern PyObject *g_future_type;      /* asyncio.Future */
 extern PyObject *g_str_loop;         /* interned "loop" */
 int engine_module_init(PyObject *m);
+/* Engine methods that call.c calls without a method lookup (the Python methods of the same
+ * names: results, errors and arguments as there). */
+PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n);
+PyObject *Engine_read_inline(engine_t *e, PyObject *const *args, Py_ssize_t n);
+PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n);
+PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
+PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n);
+PyObject *Engine_cancel(engine_t *e, PyObject *fut);
 static inline op_t *engine_slot(engine_t *e, uint32_t idx)
 {
     return &e->blocks[idx / OP_BLOCK][idx % OP_BLOCK];
@@ -323,6 +331,12 @@ PyObject *running_loop_borrowed(void);
 extern PyTypeObject LazyReader_Type;
 PyObject *lazy_open(engine_t *e, PyObject *const *args, Py_ssize_t n);
 int lazy_module_init(PyObject *m);
+/* The running loop's engine, as aionative._engine.get_engine() returns it (which it calls
+ * only when the engine it last returned no longer serves this loop and thread). New ref. */
+PyObject *running_engine(void);
+
+/* call.c: Call, what aionative.pread, preadinto and pwrite return */
+int call_module_init(PyObject *m);
 
 /* lines.c: LineGate and LineStep, the inline step of `async for` over a file */
 int lines_module_init(PyObject *m);

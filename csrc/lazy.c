@@ -42,7 +42,7 @@ static PyObject *last_engine;  /* a weak reference to the engine get_engine() la
 
 /* The running loop's engine (aionative._engine.get_engine()), without calling it while the
  * engine it last returned still serves the running loop on this thread. A new reference. */
-static PyObject *running_engine(void)
+PyObject *running_engine(void)
 {
     PyObject *loop = running_loop_borrowed();
     if (loop && last_engine) {

@@ -271,6 +271,7 @@ PyMODINIT_FUNC PyInit__core(void)
     if (!m)
         return NULL;
     if (running_loop_init() < 0 || engine_module_init(m) < 0 || lines_module_init(m) < 0 ||
+        call_module_init(m) < 0 ||
         PyModule_AddIntConstant(m, "KERNEL_RW_MAX", KERNEL_RW_MAX) < 0 ||
 #ifdef AIONATIVE_DEBUG
         PyModule_AddIntConstant(m, "DEBUG", 1) < 0

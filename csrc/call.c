@@ -1,0 +1,476 @@
+/* aionative.pread, preadinto and pwrite without a coroutine.
+ *
+ * An `async def pread` costs a coroutine per call (a frame allocated, run and freed) and a
+ * Python-level engine lookup: together a third of the CPU of a page-cache read that completes
+ * inline. These functions return a Call instead: an awaitable registered as a Coroutine (so
+ * create_task() takes it) that does nothing until its first step, as a coroutine would. That
+ * step finds the running loop's engine in C and calls its method directly:
+ * - done inline: the step returns the result at once (am_send, no StopIteration);
+ * - queued: the Call delegates to the engine future's iterator, and a CancelledError thrown
+ *   into it abandons the operation (Engine.cancel) before it propagates, as await_op does;
+ * - a pread of `turn_min` bytes or more that the spent budget refused yields once (a bare
+ *   yield: the task runs again on the next iteration) and is retried inline, else queued;
+ * - everything else (the threads engine, a write the spent budget refused) delegates to the
+ *   Python coroutine call_setup() named, which holds that policy.
+ */
+#include "engine.h"  /* Python.h first */
+
+enum { CALL_PREAD, CALL_PREADINTO, CALL_PWRITE, CALL_KINDS };
+enum {
+    ST_NEW,   /* not started: args held */
+    ST_TURN,  /* a large pread yielded a turn: eng and args held */
+    ST_WAIT,  /* delegating to `it` */
+    ST_DONE,
+};
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *args[3];  /* owned; fd, size / buffer / data, offset: until the read or write
+                         * is handed to the engine */
+    PyObject *eng;      /* owned; ST_TURN, and ST_WAIT on an engine future */
+    PyObject *fut;      /* owned; ST_WAIT: the engine's future, abandoned on cancellation */
+    PyObject *it;       /* owned; ST_WAIT: what the await delegates to (the future's iterator,
+                         * or a Python coroutine) */
+    uint8_t kind, state;
+} call_t;
+
+static PyTypeObject Call_Type;
+
+/* Set by call_setup(): the Python coroutine functions of the slow paths, and turn_min. */
+static PyObject *slow_fn[CALL_KINDS];  /* async def (fd, arg, offset): the whole call */
+static PyObject *write_later_fn;       /* async def (eng, False, fd, data, offset) */
+static PyObject *cancelled_error, *str_throw, *str_close;
+static Py_ssize_t turn_min = 64 << 10;
+
+static const char *const call_names[CALL_KINDS] = {"pread", "preadinto", "pwrite"};
+
+static void call_forget(call_t *c)
+{
+    for (int i = 0; i < 3; i++)
+        Py_CLEAR(c->args[i]);
+    Py_CLEAR(c->eng);
+    Py_CLEAR(c->fut);
+    Py_CLEAR(c->it);
+    c->state = ST_DONE;
+}
+
+/* ---------------------------------------------------------------- the steps */
+
+/* Delegate to `it` (a new reference) and take its first step. */
+static PySendResult call_delegate(call_t *c, PyObject *it, PyObject **result)
+{
+    c->it = it;
+    c->state = ST_WAIT;
+    for (int i = 0; i < 3; i++)
+        Py_CLEAR(c->args[i]);
+    PySendResult r = PyIter_Send(it, Py_None, result);
+    if (r != PYGEN_NEXT)
+        call_forget(c);
+    return r;
+}
+
+/* Await the engine future `fut` (a new reference). */
+static PySendResult call_await(call_t *c, PyObject *fut, PyObject **result)
+{
+    unaryfunc am_await = Py_TYPE(fut)->tp_as_async ? Py_TYPE(fut)->tp_as_async->am_await : NULL;
+    PyObject *it = am_await ? am_await(fut) : NULL;
+    if (!it) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "engine returned %.100s", Py_TYPE(fut)->tp_name);
+        Py_DECREF(fut);
+        call_forget(c);
+        return PYGEN_ERROR;
+    }
+    c->fut = fut;
+    return call_delegate(c, it, result);
+}
+
+/* What the engine method returned: the result (done inline), a future, or NULL. */
+static PySendResult call_outcome(call_t *c, PyObject *res, PyObject **result)
+{
+    if (!res) {
+        call_forget(c);
+        return PYGEN_ERROR;
+    }
+    if (PyBytes_CheckExact(res) || PyLong_CheckExact(res)) {
+        *result = res;
+        call_forget(c);
+        return PYGEN_RETURN;
+    }
+    return call_await(c, res, result);
+}
+
+static PySendResult call_slow(call_t *c, PyObject *fn, PyObject *const *args, size_t n,
+                              PyObject **result)
+{
+    PyObject *coro = PyObject_Vectorcall(fn, args, n, NULL);
+    if (!coro) {
+        call_forget(c);
+        return PYGEN_ERROR;
+    }
+    return call_delegate(c, coro, result);
+}
+
+/* The large pread's retry after its turn: inline if the renewed budget (or its grace) allows,
+ * else the kernel queue. */
+static PySendResult call_after_turn(call_t *c, PyObject **result)
+{
+    engine_t *e = (engine_t *)c->eng;
+    PyObject *a[4] = {c->args[0], c->args[1], c->args[2], Py_True};
+    PyObject *res = Engine_read_inline(e, a, 4);
+    if (res && !PyBytes_CheckExact(res)) {
+        Py_DECREF(res);
+        res = Engine_pread(e, c->args, 3);
+    }
+    return call_outcome(c, res, result);
+}
+
+static int is_large(PyObject *size)
+{
+    if (!PyLong_CheckExact(size))
+        return 0;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(size, &overflow);
+    return overflow > 0 || v >= turn_min;
+}
+
+/* The first step: the engine's inline attempt, or the start of a wait. */
+static PySendResult call_start(call_t *c, PyObject **result)
+{
+    PyObject *eng = running_engine();
+    if (!eng) {
+        call_forget(c);
+        return PYGEN_ERROR;
+    }
+    if (Py_TYPE(eng) != &Engine_Type) {  /* the threads engine: its Python path */
+        Py_DECREF(eng);
+        return call_slow(c, slow_fn[c->kind], c->args, 3, result);
+    }
+    engine_t *e = (engine_t *)eng;
+    c->eng = eng;
+    PyObject *res;
+    switch (c->kind) {
+    case CALL_PREAD:
+        if (!is_large(c->args[1])) {
+            res = Engine_read(e, c->args, 3);
+            break;
+        }
+        res = Engine_read_inline(e, c->args, 3);
+        if (res == Py_False) {
+            Py_DECREF(res);
+            c->state = ST_TURN;
+            *result = Py_NewRef(Py_None);  /* a bare yield */
+            return PYGEN_NEXT;
+        }
+        if (res && !PyBytes_CheckExact(res)) {
+            Py_DECREF(res);
+            res = Engine_pread(e, c->args, 3);
+        }
+        break;
+    case CALL_PREADINTO:
+        res = Engine_readinto(e, c->args, 3);
+        break;
+    default:
+        res = Engine_write(e, c->args, 3);
+        if (res == Py_False) {
+            PyObject *a[5] = {eng, res, c->args[0], c->args[1], c->args[2]};
+            PySendResult r = call_slow(c, write_later_fn, a, 5, result);
+            Py_DECREF(a[1]);
+            return r;
+        }
+    }
+    return call_outcome(c, res, result);
+}
+
+static PySendResult Call_send(call_t *c, PyObject *arg, PyObject **result)
+{
+    switch (c->state) {
+    case ST_WAIT: {
+        PySendResult r = PyIter_Send(c->it, arg, result);
+        if (r != PYGEN_NEXT)
+            call_forget(c);
+        return r;
+    }
+    case ST_DONE:
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
+        return PYGEN_ERROR;
+    default:
+        if (arg != Py_None) {
+            PyErr_SetString(PyExc_TypeError,
+                            "can't send non-None value to a just-started coroutine");
+            return PYGEN_ERROR;
+        }
+        return c->state == ST_NEW ? call_start(c, result) : call_after_turn(c, result);
+    }
+}
+
+/* ---------------------------------------------------------------- the coroutine protocol */
+
+/* StopIteration(value) for a finished step taken through next() or send(). */
+static PyObject *call_stop(PySendResult r, PyObject *value)
+{
+    if (r != PYGEN_RETURN)
+        return r == PYGEN_NEXT ? value : NULL;
+    return done_next(&value);
+}
+
+static PyObject *Call_send_method(call_t *c, PyObject *arg)
+{
+    PyObject *value = NULL;
+    PySendResult r = Call_send(c, arg, &value);
+    return call_stop(r, value);
+}
+
+static PyObject *Call_next(call_t *c)
+{
+    return Call_send_method(c, Py_None);
+}
+
+/* Raise what throw(typ[, val[, tb]]) names, as a coroutine that has not started (or has
+ * finished) does. */
+static PyObject *raise_thrown(PyObject *const *args, Py_ssize_t n)
+{
+    PyObject *typ = args[0], *val = n > 1 ? args[1] : Py_None, *tb = n > 2 ? args[2] : Py_None;
+    if (tb != Py_None && !PyTraceBack_Check(tb)) {
+        PyErr_SetString(PyExc_TypeError, "throw() third argument must be a traceback object");
+        return NULL;
+    }
+    if (PyExceptionInstance_Check(typ)) {
+        if (val != Py_None) {
+            PyErr_SetString(PyExc_TypeError,
+                            "instance exception may not have a separate value");
+            return NULL;
+        }
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    } else if (PyExceptionClass_Check(typ)) {
+        PyErr_SetObject(typ, val == Py_None ? NULL : val);
+    } else {
+        PyErr_Format(PyExc_TypeError, "exceptions must be classes or instances deriving from "
+                     "BaseException, not %s", Py_TYPE(typ)->tp_name);
+        return NULL;
+    }
+    if (tb != Py_None) {
+        PyObject *t, *v, *old;
+        PyErr_Fetch(&t, &v, &old);
+        PyErr_NormalizeException(&t, &v, &old);
+        Py_XDECREF(old);
+        PyException_SetTraceback(v, tb);
+        PyErr_Restore(t, v, Py_NewRef(tb));
+    }
+    return NULL;
+}
+
+static int is_cancel(PyObject *typ)
+{
+    return PyExceptionInstance_Check(typ)
+        ? PyObject_IsInstance(typ, cancelled_error)
+        : PyExceptionClass_Check(typ) ? PyObject_IsSubclass(typ, cancelled_error) : 0;
+}
+
+/* throw(): into the wait, after abandoning the engine's operation if it is a cancellation;
+ * before the start or during the large read's turn nothing runs for the call. */
+static PyObject *Call_throw(call_t *c, PyObject *const *args, Py_ssize_t n)
+{
+    if (n < 1 || n > 3) {
+        PyErr_Format(PyExc_TypeError, "throw expected 1 to 3 arguments, got %zd", n);
+        return NULL;
+    }
+    if (c->state != ST_WAIT) {
+        call_forget(c);
+        return raise_thrown(args, n);
+    }
+    if (c->fut) {
+        int cancel = is_cancel(args[0]);
+        PyObject *r = cancel < 0 ? NULL
+            : cancel ? Engine_cancel((engine_t *)c->eng, c->fut) : Py_NewRef(Py_None);
+        if (!r) {
+            call_forget(c);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    PyObject *it = Py_NewRef(c->it);
+    PyObject *a[4] = {it, args[0], n > 1 ? args[1] : NULL, n > 2 ? args[2] : NULL};
+    PyObject *res = PyObject_VectorcallMethod(str_throw, a, (size_t)n + 1, NULL);
+    Py_DECREF(it);
+    if (!res)
+        call_forget(c);
+    return res;
+}
+
+static PyObject *Call_close(call_t *c, PyObject *unused)
+{
+    PyObject *it = c->it;
+    c->it = NULL;
+    call_forget(c);
+    if (!it)
+        Py_RETURN_NONE;
+    PyObject *res = PyObject_CallMethodNoArgs(it, str_close);
+    Py_DECREF(it);
+    return res;
+}
+
+static PyObject *Call_self(PyObject *c)
+{
+    return Py_NewRef(c);
+}
+
+/* ---------------------------------------------------------------- the type */
+
+static int Call_traverse(call_t *c, visitproc visit, void *arg)
+{
+    for (int i = 0; i < 3; i++)
+        Py_VISIT(c->args[i]);
+    Py_VISIT(c->eng);
+    Py_VISIT(c->fut);
+    Py_VISIT(c->it);
+    return 0;
+}
+
+static int Call_clear(call_t *c)
+{
+    call_forget(c);
+    return 0;
+}
+
+static void Call_dealloc(call_t *c)
+{
+    PyObject_GC_UnTrack(c);
+    call_forget(c);
+    PyObject_GC_Del(c);
+}
+
+static PyObject *Call_repr(call_t *c)
+{
+    return PyUnicode_FromFormat("<aionative.%s call at %p>", call_names[c->kind], c);
+}
+
+static PyMethodDef Call_methods[] = {
+    {"send", (PyCFunction)Call_send_method, METH_O, "send(value): the next step"},
+    {"throw", (PyCFunction)(void (*)(void))Call_throw, METH_FASTCALL,
+     "throw(exc): raise exc at the await (a cancellation abandons the engine's operation)"},
+    {"close", (PyCFunction)Call_close, METH_NOARGS, "close(): stop waiting"},
+    {NULL},
+};
+
+static PyAsyncMethods Call_async = {
+    .am_await = Call_self,
+    .am_send = (sendfunc)Call_send,
+};
+
+static PyTypeObject Call_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aionative._core.Call",
+    .tp_doc = "What aionative.pread, preadinto and pwrite return: a coroutine-like awaitable "
+              "that does the call on its first step.",
+    .tp_basicsize = sizeof(call_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)Call_dealloc,
+    .tp_repr = (reprfunc)Call_repr,
+    .tp_traverse = (traverseproc)Call_traverse,
+    .tp_clear = (inquiry)Call_clear,
+    .tp_as_async = &Call_async,
+    .tp_iter = Call_self,
+    .tp_iternext = (iternextfunc)Call_next,
+    .tp_methods = Call_methods,
+};
+
+/* ---------------------------------------------------------------- the functions */
+
+static PyObject *call_new(int kind, PyObject *const *args, Py_ssize_t n, PyObject *kwnames)
+{
+    if (kwnames && PyTuple_GET_SIZE(kwnames)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes no keyword arguments", call_names[kind]);
+        return NULL;
+    }
+    if (n != 3) {
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly 3 arguments (%zd given)",
+                     call_names[kind], n);
+        return NULL;
+    }
+    if (!slow_fn[kind]) {
+        PyErr_SetString(PyExc_RuntimeError, "aionative._core.call_setup() was not called");
+        return NULL;
+    }
+    call_t *c = PyObject_GC_New(call_t, &Call_Type);
+    if (!c)
+        return NULL;
+    for (int i = 0; i < 3; i++)
+        c->args[i] = Py_NewRef(args[i]);
+    c->eng = c->fut = c->it = NULL;
+    c->kind = (uint8_t)kind;
+    c->state = ST_NEW;
+    PyObject_GC_Track(c);
+    return (PyObject *)c;
+}
+
+static PyObject *call_pread(PyObject *m, PyObject *const *args, Py_ssize_t n, PyObject *kw)
+{
+    return call_new(CALL_PREAD, args, n, kw);
+}
+
+static PyObject *call_preadinto(PyObject *m, PyObject *const *args, Py_ssize_t n, PyObject *kw)
+{
+    return call_new(CALL_PREADINTO, args, n, kw);
+}
+
+static PyObject *call_pwrite(PyObject *m, PyObject *const *args, Py_ssize_t n, PyObject *kw)
+{
+    return call_new(CALL_PWRITE, args, n, kw);
+}
+
+/* call_setup(pread, preadinto, pwrite, write_later, turn_min, CancelledError) */
+static PyObject *call_setup(PyObject *m, PyObject *const *args, Py_ssize_t n)
+{
+    if (n != 6) {
+        PyErr_SetString(PyExc_TypeError, "call_setup() takes exactly 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t tm = PyLong_AsSsize_t(args[4]);
+    if (tm == -1 && PyErr_Occurred())
+        return NULL;
+    for (int i = 0; i < CALL_KINDS; i++)
+        Py_XSETREF(slow_fn[i], Py_NewRef(args[i]));
+    Py_XSETREF(write_later_fn, Py_NewRef(args[3]));
+    Py_XSETREF(cancelled_error, Py_NewRef(args[5]));
+    turn_min = tm;
+    Py_RETURN_NONE;
+}
+
+/* The docstrings of aionative.pread, preadinto and pwrite (with their signatures). */
+#define AWAITED "\n\nReturns a coroutine (a Call): the call starts when it is first awaited."
+
+static PyMethodDef call_functions[] = {
+    {"pread", (PyCFunction)(void (*)(void))call_pread, METH_FASTCALL | METH_KEYWORDS,
+     "pread($module, fd, size, offset, /)\n--\n\n"
+     "Read up to ``size`` bytes at ``offset`` (like ``os.pread``, but never blocking the loop)."
+     "\n\nReads larger than the kernel's per-call limit are split; a short result means end "
+     "of file. A read the page cache can serve completes inline, within the loop's cooperative "
+     "budget; one of ``TURN_MIN`` bytes or more that finds the budget spent waits a turn of "
+     "the loop and is retried inline rather than queued." AWAITED},
+    {"preadinto", (PyCFunction)(void (*)(void))call_preadinto, METH_FASTCALL | METH_KEYWORDS,
+     "preadinto($module, fd, buffer, offset, /)\n--\n\n"
+     "Read into a writable buffer at ``offset``; returns the number of bytes read.\n\n"
+     "The buffer stays exported (a bytearray cannot be resized) until the kernel is done with "
+     "it, even if the awaiting task is cancelled." AWAITED},
+    {"pwrite", (PyCFunction)(void (*)(void))call_pwrite, METH_FASTCALL | METH_KEYWORDS,
+     "pwrite($module, fd, data, offset, /)\n--\n\n"
+     "Write all of ``data`` at ``offset``; short writes continue until everything is written."
+     "\n\nOn an error after part was written, the ``OSError`` carries "
+     "``characters_written``. A write to a local regular file is copied into the page cache "
+     "inline, within the loop's cooperative budget; one that finds the budget spent waits a "
+     "turn of the loop." AWAITED},
+    {"call_setup", (PyCFunction)(void (*)(void))call_setup, METH_FASTCALL,
+     "call_setup(pread, preadinto, pwrite, write_later, turn_min, CancelledError): the "
+     "Python slow paths of the calls, and the size from which a refused pread waits a turn"},
+    {NULL},
+};
+
+int call_module_init(PyObject *m)
+{
+    if (!(str_throw = PyUnicode_InternFromString("throw")) ||
+        !(str_close = PyUnicode_InternFromString("close")) ||
+        PyType_Ready(&Call_Type) < 0 || PyModule_AddFunctions(m, call_functions) < 0)
+        return -1;
+    return PyModule_AddObjectRef(m, "Call", (PyObject *)&Call_Type);
+}

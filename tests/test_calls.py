@@ -1,0 +1,153 @@
+"""``aionative.pread``, ``preadinto`` and ``pwrite`` return ``_core.Call`` objects, not
+coroutines (csrc/call.c): they must behave as the ``async def`` functions they replace —
+nothing runs before the first await, errors come out of the await, ``create_task`` takes them,
+a cancelled wait abandons the engine's operation, and nothing they hold leaks."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import aionative
+from aionative import _backend
+
+pytestmark = [
+    pytest.mark.asyncio,
+    pytest.mark.usefixtures("backend"),
+    pytest.mark.skipif(_backend._core is None, reason="the calls are C objects of _core"),
+]
+
+
+def _file(fd_of: Callable[..., int], tmp_path: Path, data: bytes = b"abcdef") -> int:
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    return fd_of(path, os.O_RDWR)
+
+
+async def test_nothing_runs_before_the_first_await(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = _file(fd_of, tmp_path)
+    eng = aionative.get_engine()
+    before = eng.stats()
+    write = aionative.pwrite(fd, b"XY", 0)
+    bad = aionative.pread(-5, 10, 0)  # no error yet: it comes out of the await
+    assert eng.stats() == before
+    assert os.pread(fd, 6, 0) == b"abcdef"
+    write.close()  # never awaited: never written
+    bad.close()
+    assert os.pread(fd, 6, 0) == b"abcdef"
+    with pytest.raises(OSError) as err:
+        await aionative.pread(-5, 10, 0)
+    assert err.value.errno == errno.EBADF
+    assert await aionative.pwrite(fd, b"XY", 0) == 2
+    assert os.pread(fd, 6, 0) == b"XYcdef"
+
+
+async def test_create_task_and_gather_take_calls(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = _file(fd_of, tmp_path)
+    call = aionative.pread(fd, 3, 0)
+    assert asyncio.iscoroutine(call) and inspect.isawaitable(call)
+    assert await asyncio.create_task(call) == b"abc"
+    buf = bytearray(2)
+    got = await asyncio.gather(aionative.pread(fd, 2, 4), aionative.preadinto(fd, buf, 1),
+                               aionative.pwrite(fd, b"!", 5))
+    assert got == [b"ef", 2, 1] and buf == b"bc"
+    assert os.pread(fd, 6, 0) == b"abcde!"
+
+
+async def test_a_call_is_awaited_once(tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = _file(fd_of, tmp_path)
+    call = aionative.pread(fd, 3, 0)
+    assert await call == b"abc"
+    with pytest.raises(RuntimeError, match="cannot reuse already awaited coroutine"):
+        await call
+
+
+async def test_the_coroutine_protocol_before_the_start(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = _file(fd_of, tmp_path)
+    call = aionative.pwrite(fd, b"Z", 0)
+    with pytest.raises(TypeError, match="non-None value"):
+        call.send(1)
+    with pytest.raises(ValueError, match="thrown"):
+        call.throw(ValueError("thrown"))
+    with pytest.raises(RuntimeError, match="cannot reuse"):
+        call.send(None)  # a throw before the start finishes it, as it does a coroutine
+    with pytest.raises(KeyError):
+        aionative.pread(fd, 1, 0).throw(KeyError, None, None)
+    with pytest.raises(TypeError, match="traceback"):
+        aionative.pread(fd, 1, 0).throw(KeyError, None, 3)
+    assert os.pread(fd, 6, 0) == b"abcdef"
+
+
+async def test_calls_check_their_arguments_when_called() -> None:
+    with pytest.raises(TypeError, match="exactly 3 arguments"):
+        aionative.pread(0, 1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="keyword"):
+        aionative.pwrite(0, b"", offset=0)  # type: ignore[call-arg]
+    assert str(inspect.signature(aionative.preadinto)) == "(fd, buffer, offset, /)"
+
+
+async def test_a_call_done_inline_or_queued_gives_the_same_result(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    """With the fast path off every call is queued: its await delegates to the future."""
+    fd = _file(fd_of, tmp_path)
+    aionative.set_inline_budget(0)
+    try:
+        assert await aionative.pread(fd, 4, 1) == b"bcde"
+        buf = bytearray(3)
+        assert await aionative.preadinto(fd, buf, 3) == 3 and buf == b"def"
+        assert await aionative.pwrite(fd, b"--", 2) == 2
+    finally:
+        aionative.set_inline_budget(None)
+    assert os.pread(fd, 6, 0) == b"ab--ef"
+
+
+async def test_cancelling_a_queued_read_abandons_it(backend: str) -> None:
+    """The task waits on the engine's future through the Call; its cancellation reaches the
+    engine (Engine.cancel): io_uring cancels the pending read of an empty pipe, where a future
+    cancelled behind the engine's back would leave it pending until data arrived."""
+    if backend != "io_uring":
+        pytest.skip("only io_uring leaves a positional read of a pipe pending")
+    r, w = os.pipe()
+    try:
+        eng = aionative.get_engine()
+        task = asyncio.ensure_future(aionative.pread(r, 10, 0))
+        await asyncio.sleep(0.01)
+        assert eng.in_flight == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(1000):
+            if eng.in_flight == 0:
+                break
+            await asyncio.sleep(0.001)
+        assert eng.in_flight == 0  # cancelled in the kernel: nothing was written to the pipe
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+async def test_calls_leave_no_reference_behind(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = _file(fd_of, tmp_path)
+    data, buf, size = b"0123456789" * 3, bytearray(5), 7_000_001
+    counts = sys.getrefcount(data), sys.getrefcount(buf), sys.getrefcount(size)
+    for _ in range(200):
+        assert await aionative.pwrite(fd, data, 0) == len(data)
+        assert await aionative.preadinto(fd, buf, 1) == 5
+        assert await aionative.pread(fd, size, 0) == data
+        aionative.pwrite(fd, data, 0).close()
+        with pytest.raises(ZeroDivisionError):
+            aionative.preadinto(fd, buf, 0).throw(ZeroDivisionError())
+        with pytest.raises(OSError):
+            await aionative.pread(fd, size, -1)
+    assert (sys.getrefcount(data), sys.getrefcount(buf), sys.getrefcount(size)) == counts
