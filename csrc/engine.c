@@ -1125,6 +1125,7 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
     e->st.wakeups++;
     e->window_start = 0;  /* the loop has polled: a new inline budget */
     e->budget_spent = 0;
+    e->retry_follow = 0;
     if (e->ops->pending) {
         /* io_uring: running completion work posts completions, which signals the eventfd
          * again (DEFER_TASKRUN: once for the work, once for its completions). Cleared after
@@ -1148,6 +1149,7 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
     /* Scheduled on the previous iteration: the loop has polled since. A new inline budget. */
     e->window_start = 0;
     e->budget_spent = 0;
+    e->retry_follow = 0;
     int ok = engine_callback_ok(e);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_None);

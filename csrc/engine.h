@@ -226,6 +226,8 @@ typedef struct engine {
     uint64_t budget_ns;       /* 0: the fast path is off */
     uint64_t window_start;
     int budget_spent;
+    int retry_follow;         /* a retry was just admitted past the budget: the same task's
+                               * next call may follow it (see inline_budget_ok) */
     uint64_t write_calm_at;   /* after a write stall: writes go to the kernel queue until
                                * this time (CLOCK_MONOTONIC ns); 0: no stall */
     int eligible_fd;          /* the last descriptor write_eligible passed (-1: none) */

@@ -38,9 +38,11 @@ int inline_budget_ok(engine_t *e, int retry)
 {
     if (!e->budget_ns)
         return 0;
+    int follow = !retry && e->budget_spent && e->retry_follow;
+    e->retry_follow = 0;
     if (retry)
         e->st.inline_retries++;
-    else if (e->budget_spent)
+    else if (e->budget_spent && !follow)
         return 0;
     uint64_t now = mono_ns();
     if (!e->window_start) {
@@ -54,12 +56,14 @@ int inline_budget_ok(engine_t *e, int retry)
             e->budget_spent = 1;
             e->st.budget_exhausted++;
         }
-        if (!retry)
+        if (!retry && !follow)
             return 0;
         if (now - e->window_start >= RETRY_GRACE * e->budget_ns) {
-            e->st.retries_refused++;
+            if (retry)
+                e->st.retries_refused++;
             return 0;
         }
+        e->retry_follow = retry;
     }
     return 1;
 }

@@ -648,8 +648,10 @@ async def test_a_retry_runs_past_the_spent_budget_until_the_grace(native_backend
                                                                   tmp_path: Path) -> None:
     """``retry=True`` (a caller refused on an earlier iteration that has let the loop turn) is
     admitted past the spent budget while the iteration's inline work is under RETRY_GRACE (4)
-    budgets, then refused as well; a call without it stays refused. A 20 ms budget, so that
-    the sleeps land well inside each span on a busy machine."""
+    budgets, then refused as well. The one call right after an admitted retry (the same
+    task's next step: the read after its open) follows it in; any other call without
+    ``retry`` stays refused. A 20 ms budget, so that the sleeps land well inside each span on
+    a busy machine."""
     fd, data = hot_file(tmp_path / "f", 4096)
     aionative.set_inline_budget(20_000)
     try:
@@ -661,8 +663,12 @@ async def test_a_retry_runs_past_the_spent_budget_until_the_grace(native_backend
         time.sleep(0.03)  # noqa: ASYNC251 - 1.5 budgets: spent, within the grace
         assert eng.read_inline(fd, 100, 0) is False
         assert eng.read_inline(fd, 100, 0, True) == data[:100]
+        assert eng.read_inline(fd, 100, 0) == data[:100]  # follows the retry in
         assert eng.read_inline(fd, 100, 0) is False  # still spent for everyone else
         got = eng.open_cached(AT_FDCWD, bpath, os.O_RDONLY, True)
+        assert isinstance(got, int)
+        os.close(got)
+        got = eng.open_cached(AT_FDCWD, bpath, os.O_RDONLY, False)  # follows it in
         assert isinstance(got, int)
         os.close(got)
         assert eng.open_cached(AT_FDCWD, bpath, os.O_RDONLY, False) is False
@@ -672,6 +678,7 @@ async def test_a_retry_runs_past_the_spent_budget_until_the_grace(native_backend
         assert delta(before, "retries_refused") == 0
         time.sleep(0.06)  # noqa: ASYNC251 - 4.5 budgets: past the grace
         assert eng.read_inline(fd, 100, 0, True) is False
+        assert eng.read_inline(fd, 100, 0) is False  # a refused retry lets nothing follow
         assert eng.open_cached(AT_FDCWD, bpath, os.O_RDONLY, True) is False
         assert eng.read_file(AT_FDCWD, bpath, True) is False
         assert delta(before, "inline_retries") == 6
