@@ -217,19 +217,30 @@ def _w1_hot_fd(span: int = _W1_SPAN) -> int:
     return fd
 
 
-async def _w1_reader(fd: int, k: int, stop: list[bool]) -> None:
-    """W1's reader: hot random 4 KiB ``aionative.pread``s until ``stop[0]``."""
-    rnd = random.Random(k)
+_W1_POOL = 1 << 16  # offsets drawn before the readers start, as W1's (bench.w1) are
+
+
+def _w1_offsets(seed: int = 1) -> list[int]:
+    rnd = random.Random(seed)
+    return [rnd.randrange(_W1_SPAN >> 12) << 12 for _ in range(_W1_POOL)]
+
+
+async def _w1_reader(fd: int, k: int, stop: list[bool], offs: list[int]) -> None:
+    """W1's reader: hot random 4 KiB ``aionative.pread``s until ``stop[0]``, each reader
+    from its own place in the pool of offsets (as bench.w1's readers)."""
+    j, mask = k * (_W1_POOL // 64), _W1_POOL - 1
+    pread = aionative.pread
     while not stop[0]:
-        await aionative.pread(fd, 4096, rnd.randrange(_W1_SPAN >> 12) << 12)
+        await pread(fd, 4096, offs[j & mask])
+        j += 1
 
 
 async def w1_inline(n: int) -> None:
-    fd = _w1_hot_fd()
+    fd, offs = _w1_hot_fd(), _w1_offsets()
     runs = []
     for _ in range(5):
         stop = [False]
-        tasks = [asyncio.ensure_future(_w1_reader(fd, k, stop)) for k in range(n)]
+        tasks = [asyncio.ensure_future(_w1_reader(fd, k, stop, offs)) for k in range(n)]
         await asyncio.sleep(0.1)
         s0, c0, t0 = aionative.engine_stats(), _cpu(), time.perf_counter()
         await asyncio.sleep(1.0)
@@ -252,7 +263,7 @@ async def w6_turns(n: int) -> None:
     run_once = getattr(loop, "_run_once", None)
     if run_once is None:
         raise SystemExit("w6-turns times asyncio's _run_once: use --loop asyncio")
-    fd = _w1_hot_fd()
+    fd, offs = _w1_hot_fd(), _w1_offsets()
     stop = [False]
     turns: list[float] = []
     ready: list[int] = []
@@ -270,7 +281,7 @@ async def w6_turns(n: int) -> None:
         run_once()
         turns.append(time.perf_counter() - t0)
 
-    tasks = [asyncio.ensure_future(_w1_reader(fd, k, stop)) for k in range(n)]
+    tasks = [asyncio.ensure_future(_w1_reader(fd, k, stop, offs)) for k in range(n)]
     tasks.append(asyncio.ensure_future(ticker()))
     await asyncio.sleep(0.2)
     late.clear()
