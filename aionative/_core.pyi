@@ -163,5 +163,5 @@ def pwrite(fd: int, data: Buffer, offset: int, /) -> Call[int]: ...
 def call_setup(pread: Callable[[int, int, int], Awaitable[bytes]],
                preadinto: Callable[[int, Any, int], Awaitable[int]],
                pwrite: Callable[[int, Any, int], Awaitable[int]],
-               write_later: Callable[..., Awaitable[int]], turn_min: int,
+               write_refused: Callable[..., Awaitable[int]], turn_min: int,
                cancelled: type[BaseException], /) -> None: ...

@@ -113,13 +113,25 @@ async def _write_later(eng: Any, res: Any, fd: int, data: Any, offset: int) -> i
     return await await_op(eng, res)
 
 
+async def _write_refused(eng: Any, fd: int, data: Any, offset: int) -> int:
+    """``pwrite``'s write refused again after its turn (``_core.Call``): the queue of refused
+    calls (``_kernelops.refused_queue``), else the kernel queue."""
+    res = await _k.refused_queue(eng, "write", fd, data, offset)
+    if res is None:
+        res = eng.pwrite(fd, data, offset)
+    if type(res) is int:
+        return res
+    return await await_op(eng, res)
+
+
 def set_turn_min(size: int) -> None:
     """Set ``TURN_MIN`` (benchmarks and tests: 0 sends every read the spent budget refused
     round a turn)."""
     global TURN_MIN
     TURN_MIN = size
     if _core is not None:
-        _core.call_setup(_pread, _preadinto, _pwrite, _write_later, size, asyncio.CancelledError)
+        _core.call_setup(_pread, _preadinto, _pwrite, _write_refused, size,
+                         asyncio.CancelledError)
 
 
 pread: Callable[[int, int, int], Coroutine[Any, Any, bytes]]

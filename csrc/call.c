@@ -8,17 +8,18 @@
  * - done inline: the step returns the result at once (am_send, no StopIteration);
  * - queued: the Call delegates to the engine future's iterator, and a CancelledError thrown
  *   into it abandons the operation (Engine.cancel) before it propagates, as await_op does;
- * - a pread of `turn_min` bytes or more that the spent budget refused yields once (a bare
- *   yield: the task runs again on the next iteration) and is retried inline, else queued;
- * - everything else (the threads engine, a write the spent budget refused) delegates to the
- *   Python coroutine call_setup() named, which holds that policy.
+ * - a pread of `turn_min` bytes or more, or a pwrite, that the spent budget refused yields
+ *   once (a bare yield: the task runs again on the next iteration) and is retried: inline if
+ *   the engine admits the retry; else a pread is queued, and a pwrite waits in the queue of
+ *   refused calls (the Python coroutine write_refused, as _kernelops.after_a_turn does);
+ * - the threads engine delegates to the Python coroutines call_setup() named.
  */
 #include "engine.h"  /* Python.h first */
 
 enum { CALL_PREAD, CALL_PREADINTO, CALL_PWRITE, CALL_KINDS };
 enum {
     ST_NEW,   /* not started: args held */
-    ST_TURN,  /* a large pread yielded a turn: eng and args held */
+    ST_TURN,  /* a large pread or a pwrite yielded a turn: eng and args held */
     ST_WAIT,  /* delegating to `it` */
     ST_DONE,
 };
@@ -38,7 +39,7 @@ static PyTypeObject Call_Type;
 
 /* Set by call_setup(): the Python coroutine functions of the slow paths, and turn_min. */
 static PyObject *slow_fn[CALL_KINDS];  /* async def (fd, arg, offset): the whole call */
-static PyObject *write_later_fn;       /* async def (eng, False, fd, data, offset) */
+static PyObject *write_refused_fn;     /* async def (eng, fd, data, offset) */
 static PyObject *cancelled_error, *str_throw, *str_close;
 static Py_ssize_t turn_min = 64 << 10;
 
@@ -111,18 +112,34 @@ static PySendResult call_slow(call_t *c, PyObject *fn, PyObject *const *args, si
     return call_delegate(c, coro, result);
 }
 
-/* The large pread's retry after its turn: inline if the renewed budget (or its grace) allows,
- * else the kernel queue. */
+/* The retry after the turn: inline if the renewed budget (or its grace) admits it; else a
+ * pread goes to the kernel queue and a pwrite to the queue of refused calls. */
 static PySendResult call_after_turn(call_t *c, PyObject **result)
 {
     engine_t *e = (engine_t *)c->eng;
-    PyObject *a[4] = {c->args[0], c->args[1], c->args[2], Py_True};
-    PyObject *res = Engine_read_inline(e, a, 4);
+    PyObject *a[5] = {c->eng, c->args[0], c->args[1], c->args[2], Py_True};
+    if (c->kind == CALL_PWRITE) {
+        PyObject *res = Engine_write(e, a + 1, 4);
+        if (res != Py_False)
+            return call_outcome(c, res, result);
+        Py_DECREF(res);
+        return call_slow(c, write_refused_fn, a, 4, result);
+    }
+    PyObject *res = Engine_read_inline(e, a + 1, 4);
     if (res && !PyBytes_CheckExact(res)) {
         Py_DECREF(res);
         res = Engine_pread(e, c->args, 3);
     }
     return call_outcome(c, res, result);
+}
+
+/* A bare yield: the task runs again on the loop's next iteration, then call_after_turn. */
+static PySendResult call_turn(call_t *c, PyObject *refused, PyObject **result)
+{
+    Py_DECREF(refused);
+    c->state = ST_TURN;
+    *result = Py_NewRef(Py_None);
+    return PYGEN_NEXT;
 }
 
 static int is_large(PyObject *size)
@@ -156,12 +173,8 @@ static PySendResult call_start(call_t *c, PyObject **result)
             break;
         }
         res = Engine_read_inline(e, c->args, 3);
-        if (res == Py_False) {
-            Py_DECREF(res);
-            c->state = ST_TURN;
-            *result = Py_NewRef(Py_None);  /* a bare yield */
-            return PYGEN_NEXT;
-        }
+        if (res == Py_False)
+            return call_turn(c, res, result);
         if (res && !PyBytes_CheckExact(res)) {
             Py_DECREF(res);
             res = Engine_pread(e, c->args, 3);
@@ -172,12 +185,8 @@ static PySendResult call_start(call_t *c, PyObject **result)
         break;
     default:
         res = Engine_write(e, c->args, 3);
-        if (res == Py_False) {
-            PyObject *a[5] = {eng, res, c->args[0], c->args[1], c->args[2]};
-            PySendResult r = call_slow(c, write_later_fn, a, 5, result);
-            Py_DECREF(a[1]);
-            return r;
-        }
+        if (res == Py_False)
+            return call_turn(c, res, result);
     }
     return call_outcome(c, res, result);
 }
@@ -419,7 +428,7 @@ static PyObject *call_pwrite(PyObject *m, PyObject *const *args, Py_ssize_t n, P
     return call_new(CALL_PWRITE, args, n, kw);
 }
 
-/* call_setup(pread, preadinto, pwrite, write_later, turn_min, CancelledError) */
+/* call_setup(pread, preadinto, pwrite, write_refused, turn_min, CancelledError) */
 static PyObject *call_setup(PyObject *m, PyObject *const *args, Py_ssize_t n)
 {
     if (n != 6) {
@@ -431,7 +440,7 @@ static PyObject *call_setup(PyObject *m, PyObject *const *args, Py_ssize_t n)
         return NULL;
     for (int i = 0; i < CALL_KINDS; i++)
         Py_XSETREF(slow_fn[i], Py_NewRef(args[i]));
-    Py_XSETREF(write_later_fn, Py_NewRef(args[3]));
+    Py_XSETREF(write_refused_fn, Py_NewRef(args[3]));
     Py_XSETREF(cancelled_error, Py_NewRef(args[5]));
     turn_min = tm;
     Py_RETURN_NONE;
@@ -461,8 +470,9 @@ static PyMethodDef call_functions[] = {
      "inline, within the loop's cooperative budget; one that finds the budget spent waits a "
      "turn of the loop." AWAITED},
     {"call_setup", (PyCFunction)(void (*)(void))call_setup, METH_FASTCALL,
-     "call_setup(pread, preadinto, pwrite, write_later, turn_min, CancelledError): the "
-     "Python slow paths of the calls, and the size from which a refused pread waits a turn"},
+     "call_setup(pread, preadinto, pwrite, write_refused, turn_min, CancelledError): the "
+     "Python paths of the calls (the threads engine's; a pwrite refused after its turn), and "
+     "the size from which a refused pread waits a turn"},
     {NULL},
 };
 
