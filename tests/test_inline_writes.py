@@ -190,6 +190,29 @@ async def test_a_write_waiting_for_its_turn_can_be_cancelled(
     assert os.pread(fd, 10, 0) == b"a"   # never written
 
 
+async def test_a_write_refused_again_after_its_turn_waits_in_the_refused_queue(
+        native_backend: str, tiny_budget: None, tmp_path: Path,
+        fd_of: Callable[..., int]) -> None:
+    """A ``pwrite`` whose retry after the turn finds the iteration past the grace too waits in
+    the queue of refused calls, which writes it on a later turn (not the kernel queue)."""
+    fd = rw_fd(fd_of, tmp_path / "w")
+    eng = aionative.get_engine()
+    await asyncio.sleep(0)
+    spend_the_budget(fd, b"a")
+    call = aionative.pwrite(fd, b"b", 1)
+    assert call.send(None) is None   # refused: it waits a turn (a bare yield)
+    before = eng.stats()
+
+    async def retried_late() -> int:
+        spend_the_budget(fd, b"a")   # this turn's window: spent, and past the 4 µs grace
+        return await call            # the retry is refused again
+
+    assert await asyncio.ensure_future(retried_late()) == 1
+    assert delta(before, "inline_retries") == 1 and delta(before, "retries_refused") == 1
+    assert delta(before, "submitted") == 0 and delta(before, "inline_writes") == 2
+    assert os.pread(fd, 10, 0) == b"ab"
+
+
 async def test_a_write_from_the_refused_queue_is_a_count_not_a_descriptor(
         native_backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
     """A caller cancelled after the queue of refused calls ran its write: the count it got is
