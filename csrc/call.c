@@ -16,6 +16,8 @@
  */
 #include "engine.h"  /* Python.h first */
 
+#include <stddef.h>
+
 enum { CALL_PREAD, CALL_PREADINTO, CALL_PWRITE, CALL_KINDS };
 enum {
     ST_NEW,   /* not started: args held */
@@ -32,7 +34,10 @@ typedef struct {
     PyObject *fut;      /* owned; ST_WAIT: the engine's future, abandoned on cancellation */
     PyObject *it;       /* owned; ST_WAIT: what the await delegates to (the future's iterator,
                          * or a Python coroutine) */
+    PyObject *weakrefs;
     uint8_t kind, state;
+    uint8_t running;    /* inside a step, throw or close: argument conversions (__index__,
+                         * __buffer__) and delegates run Python code that may touch the Call */
 } call_t;
 
 static PyTypeObject Call_Type;
@@ -191,7 +196,16 @@ static PySendResult call_start(call_t *c, PyObject **result)
     return call_outcome(c, res, result);
 }
 
-static PySendResult Call_send(call_t *c, PyObject *arg, PyObject **result)
+/* 1, with ValueError set, while a step of this Call is running (as for a coroutine). */
+static int call_busy(call_t *c)
+{
+    if (!c->running)
+        return 0;
+    PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+    return 1;
+}
+
+static PySendResult call_step(call_t *c, PyObject *arg, PyObject **result)
 {
     switch (c->state) {
     case ST_WAIT: {
@@ -203,14 +217,26 @@ static PySendResult Call_send(call_t *c, PyObject *arg, PyObject **result)
     case ST_DONE:
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
         return PYGEN_ERROR;
+    case ST_TURN:  /* (what is sent to a bare yield is ignored) */
+        return call_after_turn(c, result);
     default:
         if (arg != Py_None) {
             PyErr_SetString(PyExc_TypeError,
                             "can't send non-None value to a just-started coroutine");
             return PYGEN_ERROR;
         }
-        return c->state == ST_NEW ? call_start(c, result) : call_after_turn(c, result);
+        return call_start(c, result);
     }
+}
+
+static PySendResult Call_send(call_t *c, PyObject *arg, PyObject **result)
+{
+    if (call_busy(c))
+        return PYGEN_ERROR;
+    c->running = 1;
+    PySendResult r = call_step(c, arg, result);
+    c->running = 0;
+    return r;
 }
 
 /* ---------------------------------------------------------------- the coroutine protocol */
@@ -269,39 +295,38 @@ static PyObject *raise_thrown(PyObject *const *args, Py_ssize_t n)
     return NULL;
 }
 
-static int is_cancel(PyObject *typ)
-{
-    return PyExceptionInstance_Check(typ)
-        ? PyObject_IsInstance(typ, cancelled_error)
-        : PyExceptionClass_Check(typ) ? PyObject_IsSubclass(typ, cancelled_error) : 0;
-}
-
-/* throw(): into the wait, after abandoning the engine's operation if it is a cancellation;
- * before the start or during the large read's turn nothing runs for the call. */
+/* throw(): into the wait; a CancelledError coming back out of the engine's future abandons
+ * the operation (Engine.cancel), as `except CancelledError` in await_op did. Before the start
+ * or during a turn nothing runs for the call. */
 static PyObject *Call_throw(call_t *c, PyObject *const *args, Py_ssize_t n)
 {
     if (n < 1 || n > 3) {
         PyErr_Format(PyExc_TypeError, "throw expected 1 to 3 arguments, got %zd", n);
         return NULL;
     }
+    if (call_busy(c))
+        return NULL;
     if (c->state != ST_WAIT) {
         call_forget(c);
         return raise_thrown(args, n);
     }
-    if (c->fut) {
-        int cancel = is_cancel(args[0]);
-        PyObject *r = cancel < 0 ? NULL
-            : cancel ? Engine_cancel((engine_t *)c->eng, c->fut) : Py_NewRef(Py_None);
-        if (!r) {
-            call_forget(c);
-            return NULL;
-        }
-        Py_DECREF(r);
-    }
-    PyObject *it = Py_NewRef(c->it);
-    PyObject *a[4] = {it, args[0], n > 1 ? args[1] : NULL, n > 2 ? args[2] : NULL};
+    c->running = 1;
+    PyObject *a[4] = {c->it, args[0], n > 1 ? args[1] : NULL, n > 2 ? args[2] : NULL};
     PyObject *res = PyObject_VectorcallMethod(str_throw, a, (size_t)n + 1, NULL);
-    Py_DECREF(it);
+    if (!res && c->fut && PyErr_ExceptionMatches(cancelled_error)) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyObject *r = Engine_cancel((engine_t *)c->eng, c->fut);
+        if (r) {
+            Py_DECREF(r);
+            PyErr_Restore(t, v, tb);
+        } else {  /* the cancel's own error replaces it */
+            Py_XDECREF(t);
+            Py_XDECREF(v);
+            Py_XDECREF(tb);
+        }
+    }
+    c->running = 0;
     if (!res)
         call_forget(c);
     return res;
@@ -309,12 +334,16 @@ static PyObject *Call_throw(call_t *c, PyObject *const *args, Py_ssize_t n)
 
 static PyObject *Call_close(call_t *c, PyObject *unused)
 {
+    if (call_busy(c))
+        return NULL;
     PyObject *it = c->it;
     c->it = NULL;
     call_forget(c);
     if (!it)
         Py_RETURN_NONE;
+    c->running = 1;
     PyObject *res = PyObject_CallMethodNoArgs(it, str_close);
+    c->running = 0;
     Py_DECREF(it);
     return res;
 }
@@ -342,11 +371,48 @@ static int Call_clear(call_t *c)
     return 0;
 }
 
+/* A call never awaited warns as a coroutine never awaited does (it did nothing). */
+static void Call_finalize(call_t *c)
+{
+    if (c->state != ST_NEW)
+        return;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "coroutine '%s' was never awaited",
+                         call_names[c->kind]) < 0)
+        PyErr_WriteUnraisable((PyObject *)c);
+    PyErr_Restore(t, v, tb);
+}
+
 static void Call_dealloc(call_t *c)
 {
+    if (c->state == ST_NEW && PyObject_CallFinalizerFromDealloc((PyObject *)c) < 0)
+        return;  /* resurrected by the warning's handler */
     PyObject_GC_UnTrack(c);
+    if (c->weakrefs)
+        PyObject_ClearWeakRefs((PyObject *)c);
     call_forget(c);
     PyObject_GC_Del(c);
+}
+
+static PyObject *Call_name(call_t *c, void *unused)
+{
+    return PyUnicode_FromString(call_names[c->kind]);
+}
+
+static PyObject *Call_running(call_t *c, void *unused)
+{
+    return PyBool_FromLong(c->running);
+}
+
+static PyObject *Call_suspended(call_t *c, void *unused)
+{
+    return PyBool_FromLong(!c->running && (c->state == ST_TURN || c->state == ST_WAIT));
+}
+
+static PyObject *Call_await_of(call_t *c, void *unused)
+{
+    return Py_NewRef(c->it ? c->it : Py_None);
 }
 
 static PyObject *Call_repr(call_t *c)
@@ -359,6 +425,15 @@ static PyMethodDef Call_methods[] = {
     {"throw", (PyCFunction)(void (*)(void))Call_throw, METH_FASTCALL,
      "throw(exc): raise exc at the await (a cancellation abandons the engine's operation)"},
     {"close", (PyCFunction)Call_close, METH_NOARGS, "close(): stop waiting"},
+    {NULL},
+};
+
+static PyGetSetDef Call_getset[] = {
+    {"__name__", (getter)Call_name, NULL, "the function's name", NULL},
+    {"__qualname__", (getter)Call_name, NULL, "the function's name", NULL},
+    {"cr_running", (getter)Call_running, NULL, "inside a step", NULL},
+    {"cr_suspended", (getter)Call_suspended, NULL, "waiting (a turn, or the engine)", NULL},
+    {"cr_await", (getter)Call_await_of, NULL, "what the await waits on, or None", NULL},
     {NULL},
 };
 
@@ -375,6 +450,8 @@ static PyTypeObject Call_Type = {
     .tp_basicsize = sizeof(call_t),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_dealloc = (destructor)Call_dealloc,
+    .tp_finalize = (destructor)Call_finalize,
+    .tp_weaklistoffset = offsetof(call_t, weakrefs),
     .tp_repr = (reprfunc)Call_repr,
     .tp_traverse = (traverseproc)Call_traverse,
     .tp_clear = (inquiry)Call_clear,
@@ -382,6 +459,7 @@ static PyTypeObject Call_Type = {
     .tp_iter = Call_self,
     .tp_iternext = (iternextfunc)Call_next,
     .tp_methods = Call_methods,
+    .tp_getset = Call_getset,
 };
 
 /* ---------------------------------------------------------------- the functions */
@@ -406,9 +484,10 @@ static PyObject *call_new(int kind, PyObject *const *args, Py_ssize_t n, PyObjec
         return NULL;
     for (int i = 0; i < 3; i++)
         c->args[i] = Py_NewRef(args[i]);
-    c->eng = c->fut = c->it = NULL;
+    c->eng = c->fut = c->it = c->weakrefs = NULL;
     c->kind = (uint8_t)kind;
     c->state = ST_NEW;
+    c->running = 0;
     PyObject_GC_Track(c);
     return (PyObject *)c;
 }

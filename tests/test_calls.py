@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import inspect
 import os
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -151,3 +153,77 @@ async def test_calls_leave_no_reference_behind(
         with pytest.raises(OSError):
             await aionative.pread(fd, size, -1)
     assert (sys.getrefcount(data), sys.getrefcount(buf), sys.getrefcount(size)) == counts
+
+
+async def test_a_call_never_awaited_warns_and_writes_nothing(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = _file(fd_of, tmp_path)
+    with pytest.warns(RuntimeWarning, match="coroutine 'pwrite' was never awaited"):
+        aionative.pwrite(fd, b"XY", 0)  # (freed at once: its last reference goes)
+    assert os.pread(fd, 6, 0) == b"abcdef"
+
+
+async def test_a_call_cannot_be_entered_while_it_runs(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    """Argument conversion runs Python code (``__index__``) inside the call's step: touching
+    the same call from there raises as it would for a coroutine, and nothing leaks."""
+    fd = _file(fd_of, tmp_path)
+    eng = aionative.get_engine()
+    await asyncio.sleep(0)  # (an inline call schedules the engine's flush: a reference)
+    refs = sys.getrefcount(eng)
+    seen: list[str] = []
+
+    class Offset:
+        def __index__(self) -> int:
+            for touch in (lambda: call.close(), lambda: call.send(None),
+                          lambda: call.throw(KeyError())):
+                with pytest.raises(ValueError, match="already executing") as err:
+                    touch()
+                seen.append(str(err.value))
+            assert call.cr_running
+            return 1
+
+    call = aionative.pread(fd, 3, Offset())  # type: ignore[arg-type]
+    assert await call == b"bcd"
+    assert len(seen) == 3 and not call.cr_running
+    gc.collect()  # (the caught errors' tracebacks hold frames in cycles)
+    await asyncio.sleep(0)
+    assert sys.getrefcount(eng) == refs
+
+
+async def test_a_bad_throw_does_not_abandon_the_operation(backend: str) -> None:
+    """Only a CancelledError that comes out of the wait abandons the engine's operation, as
+    ``except CancelledError`` around the await did: a throw whose arguments are wrong does
+    not."""
+    if backend != "io_uring":
+        pytest.skip("only io_uring leaves a positional read of a pipe pending")
+    r, w = os.pipe()
+    try:
+        eng = aionative.get_engine()
+        call = aionative.pread(r, 10, 0)
+        fut = call.send(None)
+        assert isinstance(fut, asyncio.Future) and call.cr_suspended and call.cr_await
+        with pytest.raises(TypeError, match="traceback"):
+            call.throw(asyncio.CancelledError, None, 3)
+        assert eng.in_flight == 1 and not fut.done()   # still with the kernel
+        os.write(w, b"late")
+        for _ in range(1000):
+            if fut.done():
+                break
+            await asyncio.sleep(0.001)
+        assert fut.result() == b"late"
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+async def test_calls_look_like_coroutines_to_asyncio(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    fd = _file(fd_of, tmp_path)
+    call = aionative.pread(fd, 2, 0)
+    assert call.__name__ == call.__qualname__ == "pread"
+    assert weakref.ref(call)() is call
+    task = asyncio.ensure_future(call)
+    assert "coro=<pread()" in repr(task)
+    assert await task == b"ab"
+    assert not call.cr_suspended and call.cr_await is None
