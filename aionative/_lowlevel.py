@@ -94,22 +94,12 @@ async def _pwrite(fd: int, data: Any, offset: int) -> int:
     A write to a local regular file is copied into the page cache inline, within the loop's
     cooperative budget; one that finds the budget spent waits a turn of the loop.
     """
+    # The Python path is the threads engine's (whose write is a worker's future); the native
+    # engines' inline writes and budget turns are _core.Call's.
     eng = get_engine()
     res = eng.write(fd, data, offset)
-    if type(res) is int:  # written inline
+    if isinstance(res, int):
         return res
-    return await _write_later(eng, res, fd, data, offset)
-
-
-async def _write_later(eng: Any, res: Any, fd: int, data: Any, offset: int) -> int:
-    """``pwrite``'s write that was not done inline: ``res`` is the kernel queue's operation,
-    or False when the iteration's budget was spent (nothing written): then after a turn."""
-    if res is False:
-        res = await _k.after_a_turn(eng, "write", fd, data, offset)
-        if res is None:
-            res = eng.pwrite(fd, data, offset)
-        if type(res) is int:
-            return res
     return await await_op(eng, res)
 
 

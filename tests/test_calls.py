@@ -27,6 +27,14 @@ pytestmark = [
 ]
 
 
+async def _until(done: Callable[[], bool]) -> None:
+    """Let the loop turn until ``done()``, for up to about a second."""
+    for _ in range(1000):
+        if done():
+            return
+        await asyncio.sleep(0.001)
+
+
 def _file(fd_of: Callable[..., int], tmp_path: Path, data: bytes = b"abcdef") -> int:
     path = tmp_path / "f"
     path.write_bytes(data)
@@ -128,10 +136,7 @@ async def test_cancelling_a_queued_read_abandons_it(backend: str) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(1000):
-            if eng.in_flight == 0:
-                break
-            await asyncio.sleep(0.001)
+        await _until(lambda: eng.in_flight == 0)
         assert eng.in_flight == 0  # cancelled in the kernel: nothing was written to the pipe
     finally:
         os.close(r)
@@ -207,10 +212,7 @@ async def test_a_bad_throw_does_not_abandon_the_operation(backend: str) -> None:
             call.throw(asyncio.CancelledError, None, 3)
         assert eng.in_flight == 1 and not fut.done()   # still with the kernel
         os.write(w, b"late")
-        for _ in range(1000):
-            if fut.done():
-                break
-            await asyncio.sleep(0.001)
+        await _until(fut.done)
         assert fut.result() == b"late"
     finally:
         os.close(r)
