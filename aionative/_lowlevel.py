@@ -10,7 +10,6 @@ from typing import Any, Protocol, TypeVar
 from . import _kernelops as _k
 from ._backend import _core
 from ._engine import get_engine
-from ._threads import ThreadsEngine
 
 T = TypeVar("T")
 
@@ -40,14 +39,13 @@ async def _pread(fd: int, size: int, offset: int) -> bytes:
     one of ``TURN_MIN`` bytes or more that finds the budget spent waits a turn of the loop and
     is retried inline rather than queued.
     """
+    # The Python path is the threads engine's (which queues its refused reads itself); the
+    # native engines' inline reads and large reads' turns are _core.Call's.
     eng = get_engine()
-    if type(size) is int and size >= TURN_MIN and not isinstance(eng, ThreadsEngine):
-        res = await _large_read(eng, fd, size, offset)
-    else:
-        res = eng.read(fd, size, offset)
+    res = eng.read(fd, size, offset)
     if isinstance(res, bytes):  # completed inline (page cache hit)
         return res
-    # await_op inlined: one coroutine frame fewer on the hottest call.
+    # await_op inlined: one coroutine frame fewer on the threads engine's hottest call.
     try:
         return await res
     except asyncio.CancelledError:
@@ -56,22 +54,11 @@ async def _pread(fd: int, size: int, offset: int) -> bytes:
 
 
 #: From this size on, a read the spent budget refused waits a turn of the loop and is retried
-#: inline rather than queued: its copy outweighs the turn, and the queue would make the same
-#: copy inside the iteration's flush (cached reads complete inside their submission), unbounded
-#: by the budget. Smaller reads are queued: a turn per read costs more than the batch.
+#: inline rather than queued (``_core.Call``): its copy outweighs the turn, and the queue would
+#: make the same copy inside the iteration's flush (cached reads complete inside their
+#: submission), unbounded by the budget. Smaller reads are queued: a turn per read costs more
+#: than the batch. ``set_turn_min`` changes it.
 TURN_MIN = 64 << 10
-
-
-async def _large_read(eng: Any, fd: int, size: int, offset: int) -> bytes | asyncio.Future[bytes]:
-    """``pread`` of at least ``TURN_MIN`` bytes: inline, inline after one turn if the budget
-    was spent (a retry, admitted up to the grace), else the kernel queue's future."""
-    res = eng.read_inline(fd, size, offset)
-    if res is False:
-        await _k.one_turn()
-        res = eng.read_inline(fd, size, offset, True)
-    if isinstance(res, bytes):
-        return res
-    return eng.pread(fd, size, offset)  # type: ignore[no-any-return]
 
 
 async def _preadinto(fd: int, buffer: Any, offset: int) -> int:
