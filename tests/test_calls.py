@@ -110,15 +110,20 @@ async def test_a_call_done_inline_or_queued_gives_the_same_result(
         tmp_path: Path, fd_of: Callable[..., int]) -> None:
     """With the fast path off every call is queued: its await delegates to the future."""
     fd = _file(fd_of, tmp_path)
+    eng = aionative.get_engine()
     aionative.set_inline_budget(0)
     try:
+        before = eng.stats()
         assert await aionative.pread(fd, 4, 1) == b"bcde"
         buf = bytearray(3)
         assert await aionative.preadinto(fd, buf, 3) == 3 and buf == b"def"
         assert await aionative.pwrite(fd, b"--", 2) == 2
+        after = eng.stats()
     finally:
         aionative.set_inline_budget(None)
     assert os.pread(fd, 6, 0) == b"ab--ef"
+    assert after["completed"] - before["completed"] == 3  # all three through the queue
+    assert after["inline_hits"] == before["inline_hits"]
 
 
 async def test_cancelling_a_queued_read_abandons_it(backend: str) -> None:
