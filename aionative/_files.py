@@ -54,6 +54,7 @@ from operator import index
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from . import _kernelops as _k
+from . import _lowlevel
 from ._backend import _core
 from ._engine import get_engine
 from ._raw import (
@@ -78,6 +79,10 @@ S = TypeVar("S", str, bytes)
 
 _READAHEAD_MIN = 32 * 1024
 _READAHEAD_MAX = 1024 * 1024
+#: From this size on, ``read(n)`` of a read-only regular file whose buffers hold nothing at the
+#: position is one ``aionative.pread`` (see _BinaryBase._read_direct): the kernel copies into
+#: the result, where the window would copy the data twice more (into the window, then out).
+_DIRECT_READ_MIN = 256 * 1024
 
 
 def _count(buf: bytes | bytearray, term: bytes, start: int, stop: int) -> int:
@@ -1037,6 +1042,39 @@ class _BinaryBase(AsyncBase[bytes]):
             self._run(self._file.flush)
             await self._push()
 
+    def _direct_read_ok(self, n: int) -> bool:
+        """Whether ``read(n)`` may skip the window: a read-only, buffered regular file read
+        through the engine, nothing of the position's data in the window or the buffered
+        layer (its position is the raw one), and ``n`` within the file as we know it (the
+        builtin would allocate ``n`` bytes too, but this one stays within what the window's
+        path would fetch)."""
+        raw = self._raw
+        assert raw is not None
+        return (raw.kind != STREAM and not raw.direct and not raw.writes_fd
+                and self._route == "engine" and not raw.available()
+                and n <= raw.size - raw.pos + 65536
+                and self._run(self._file.tell) == raw.pos)
+
+    async def _read_direct(self, n: int) -> bytes:
+        """Up to ``n`` bytes at the position in one ``aionative.pread`` (inline from the page
+        cache within the budget, else a turn or the kernel queue); short only at the end of
+        the file. The position moves only once the data is here: a cancelled read leaves it
+        where it was."""
+        raw = self._raw
+        assert raw is not None
+        pos = raw.pos
+        data = await _lowlevel.pread(raw._fd, n, pos)
+        end = pos + len(data)
+        raw.pos = end
+        if len(data) < n:
+            raw.eof = end
+            if data or end < raw.size:
+                raw.size = end
+        elif end > raw.size:
+            raw.size = end
+        self._run(self._file.tell)  # the buffered layer caches the raw position: refresh it
+        return data
+
     async def _read_loop(self, fn: Callable[[int], bytes | None], n: int,
                          prefetch: int) -> bytes:
         raw = self._raw
@@ -1078,6 +1116,13 @@ class _BinaryBase(AsyncBase[bytes]):
                 res = self._run(self._file.read, size)
                 await self._push()
                 return res if res is not None else b""
+            if n >= _DIRECT_READ_MIN and self._direct_read_ok(n):
+                head = await self._read_direct(n)
+                if len(head) == n:
+                    return head
+                rest = await self._read_loop(self._file.read, n - len(head),
+                                             n - len(head) + self._bufsize)
+                return head + rest if rest else head
             return await self._read_loop(self._file.read, n, n + self._bufsize)
         except Exception:
             await self._push_after_error()

@@ -1,0 +1,119 @@
+"""``read(n)`` of a large ``n`` on a read-only file: one ``aionative.pread`` at the position,
+past the window (``_BinaryBase._read_direct``), where the buffers hold nothing there. What it
+returns and where it leaves the file must be what the builtin's would, whatever calls follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aionative
+from aionative import _files
+
+pytestmark = pytest.mark.asyncio
+
+BIG = _files._DIRECT_READ_MIN
+
+
+def make(tmp_path: Path, size: int) -> tuple[Path, bytes]:
+    data = os.urandom(size)
+    path = tmp_path / "big"
+    path.write_bytes(data)
+    return path, data
+
+
+async def replay(path: Path, steps: list[tuple[str, tuple[Any, ...]]], tell: bool = True
+                 ) -> None:
+    """Run the same calls on the builtin and on aionative.open; every result (and, with
+    ``tell``, every position: asking it refreshes the buffered layer's) must agree."""
+    with open(path, "rb") as ref:  # noqa: ASYNC230 - the reference
+        async with aionative.open(path, "rb") as f:
+            for name, args in steps:
+                want = getattr(ref, name)(*args)
+                got = await getattr(f, name)(*args)
+                assert got == want, (name, args)
+                if tell:
+                    assert await f.tell() == ref.tell(), (name, args)
+
+
+async def test_large_reads_go_past_the_window(backend: str, tmp_path: Path) -> None:
+    path, data = make(tmp_path, 3 * BIG + 1234)
+    async with aionative.open(path, "rb") as f:
+        for k in range(3):
+            assert await f.read(BIG) == data[k * BIG:(k + 1) * BIG]
+            raw = f._raw
+            assert raw is not None and raw.buf == b""  # nothing went through the window
+        assert await f.read(BIG) == data[3 * BIG:]  # short: the end of the file
+        assert await f.read(BIG) == b""
+        assert await f.tell() == len(data)
+
+
+async def test_large_reads_agree_with_the_builtin(backend: str, tmp_path: Path) -> None:
+    path, _ = make(tmp_path, 4 * BIG + 777)
+    await replay(path, [
+        ("read", (BIG,)), ("read", (BIG + 5,)),
+        ("read", (10,)), ("read", (BIG,)),        # the window holds the position's data
+        ("seek", (3 * BIG,)), ("read", (2 * BIG,)),  # short at the end, then nothing
+        ("read", (BIG,)), ("seek", (0,)), ("read", (-1,)),
+    ])
+
+
+async def test_buffered_seeks_after_a_large_read(backend: str, tmp_path: Path) -> None:
+    """The buffered layer caches the raw position; a seek within its buffer after a large
+    read must not use a stale one (no tell() between the calls: it would refresh it)."""
+    path, _ = make(tmp_path, 3 * BIG)
+    await replay(path, [
+        ("read", (BIG,)), ("read", (100,)), ("seek", (-50, io.SEEK_CUR)), ("read", (30,)),
+        ("seek", (BIG + 20,)), ("read", (10,)), ("read", (BIG,)), ("seek", (-3, io.SEEK_CUR)),
+        ("read", (7,)), ("read", (BIG,)), ("read", (100,)), ("seek", (30,)), ("read", (10,)),
+    ], tell=False)
+
+
+async def test_large_read_on_a_file_that_grew(backend: str, tmp_path: Path) -> None:
+    path, data = make(tmp_path, 2 * BIG)
+    async with aionative.open(path, "rb") as f:
+        assert await f.read(BIG) == data[:BIG]
+        more = os.urandom(BIG)
+        with open(path, "ab") as w:  # noqa: ASYNC230 - another writer
+            w.write(more)
+        assert await f.read(2 * BIG) == data[BIG:] + more[:BIG]
+        assert await f.read(BIG) == more[BIG:] + b"" and await f.read(BIG) == b""
+
+
+async def test_cancelled_large_read_keeps_the_position(backend: str, ring_only: None,
+                                                       tmp_path: Path) -> None:
+    path, data = make(tmp_path, 4 * BIG)
+    cancelled = 0
+    for _ in range(20):
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        async with aionative.open(path, "rb") as f:
+            assert await f.read(BIG) == data[:BIG]
+            task = asyncio.ensure_future(f.read(2 * BIG))
+            await asyncio.sleep(0)
+            task.cancel()
+            try:
+                got = await task
+            except asyncio.CancelledError:
+                got = None
+                cancelled += 1
+            pos = BIG if got is None else BIG + len(got)
+            assert await f.tell() == pos
+            assert await f.read(BIG) == data[pos:pos + BIG]
+    assert cancelled, "no read was cancelled while it waited"
+
+
+async def test_read_write_files_keep_the_window(backend: str, tmp_path: Path) -> None:
+    """A file that writes keeps every read in the window: its staged writes must show."""
+    path, data = make(tmp_path, 2 * BIG)
+    async with aionative.open(path, "r+b") as f:
+        await f.write(b"x" * 10)
+        await f.seek(0)
+        assert await f.read(BIG) == b"x" * 10 + data[10:BIG]
