@@ -26,7 +26,8 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         ticker's lateness.
     python -m bench.inproc w3-seq
         W3's sequential 1 MiB ``aionative.pread``s over the first 256 MiB of W1's (cached) file
-        against ``os.pread``, alternating, five passes each: median µs a read, their ratio, and
+        against ``os.pread``, and ``aionative.preadinto``s into one buffer against
+        ``os.preadv``, alternating, five passes each: median µs a read, each pair's ratio, and
         how the last pass's reads went (queued, inline, retried after a turn).
     python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
         W2's O_DIRECT random 4 KiB ``aionative.preadinto``s of W1's file by N tasks: reads/s,
@@ -305,26 +306,42 @@ async def w6_turns(n: int) -> None:
 async def w3_seq() -> None:
     fd = _w1_hot_fd(256 << 20)
     chunk, offs = 1 << 20, range(0, 256 << 20, 1 << 20)
-    sync: list[float] = []
-    ours: list[float] = []
-    s0 = s1 = aionative.engine_stats()
-    try:
-        for _ in range(5):
-            t0 = time.perf_counter()
+    buf = mmap.mmap(-1, chunk)
+    times: dict[str, list[float]] = {k: [] for k in ("os.pread", "aionative.pread",
+                                                     "os.preadv", "aionative.preadinto")}
+    last: dict[str, str] = {}
+
+    async def one(name: str) -> None:
+        s0, t0 = aionative.engine_stats(), time.perf_counter()
+        if name == "os.pread":
             for off in offs:
                 os.pread(fd, chunk, off)
-            sync.append((time.perf_counter() - t0) / len(offs) * 1e6)
-            s0, t0 = aionative.engine_stats(), time.perf_counter()
+        elif name == "os.preadv":
+            for off in offs:
+                os.preadv(fd, [buf], off)
+        elif name == "aionative.pread":
             for off in offs:
                 await aionative.pread(fd, chunk, off)
-            ours.append((time.perf_counter() - t0) / len(offs) * 1e6)
-            s1 = aionative.engine_stats()
+        else:
+            for off in offs:
+                await aionative.preadinto(fd, buf, off)
+        times[name].append((time.perf_counter() - t0) / len(offs) * 1e6)
+        s1 = aionative.engine_stats()
+        last[name] = ", ".join(f"{k} {s1[k] - s0[k]}"
+                               for k in ("submitted", "inline_hits", "inline_retries"))
+
+    try:
+        for _ in range(5):
+            for name in times:
+                await one(name)
     finally:
         os.close(fd)
-    a, b = sorted(sync)[2], sorted(ours)[2]
-    how = ", ".join(f"{k} {s1[k] - s0[k]}" for k in ("submitted", "inline_hits", "inline_retries"))
-    print(f"µs a 1 MiB read: os.pread {a:.1f}, aionative.pread {b:.1f} = {a / b:.3f}× the sync "
-          f"loop's speed; the last pass's {len(offs)} reads: {how}")
+        buf.close()
+    med = {k: sorted(v)[2] for k, v in times.items()}
+    for sync, ours in (("os.pread", "aionative.pread"), ("os.preadv", "aionative.preadinto")):
+        print(f"µs a 1 MiB read: {sync} {med[sync]:.1f}, {ours} {med[ours]:.1f} = "
+              f"{med[sync] / med[ours]:.3f}× the sync loop's speed; the last pass's "
+              f"{len(offs)} reads: {last[ours]}")
 
 
 async def _run_tasks(work: Callable[[int, list[bool]], Awaitable[None]], n: int,

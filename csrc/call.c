@@ -8,10 +8,11 @@
  * - done inline: the step returns the result at once (am_send, no StopIteration);
  * - queued: the Call delegates to the engine future's iterator, and a CancelledError thrown
  *   into it abandons the operation (Engine.cancel) before it propagates, as await_op does;
- * - a pread of `turn_min` bytes or more, or a pwrite, that the spent budget refused yields
- *   once (a bare yield: the task runs again on the next iteration) and is retried: inline if
- *   the engine admits the retry; else a pread is queued, and a pwrite waits in the queue of
- *   refused calls (the Python coroutine write_refused, as _kernelops.after_a_turn does);
+ * - a pread or preadinto of `turn_min` bytes or more, or a pwrite, that the spent budget
+ *   refused yields once (a bare yield: the task runs again on the next iteration) and is
+ *   retried: inline if the engine admits the retry; else a read is queued, and a pwrite waits
+ *   in the queue of refused calls (the Python coroutine write_refused, as
+ *   _kernelops.after_a_turn does);
  * - the threads engine delegates to the Python coroutines call_setup() named.
  */
 #include "engine.h"  /* Python.h first */
@@ -21,7 +22,7 @@
 enum { CALL_PREAD, CALL_PREADINTO, CALL_PWRITE, CALL_KINDS };
 enum {
     ST_NEW,   /* not started: args held */
-    ST_TURN,  /* a large pread or a pwrite yielded a turn: eng and args held */
+    ST_TURN,  /* a large read or a pwrite yielded a turn: eng and args held */
     ST_WAIT,  /* delegating to `it` */
     ST_DONE,
 };
@@ -130,6 +131,14 @@ static PySendResult call_after_turn(call_t *c, PyObject **result)
         Py_DECREF(res);
         return call_slow(c, write_refused_fn, a, 4, result);
     }
+    if (c->kind == CALL_PREADINTO) {
+        PyObject *res = Engine_readinto_inline(e, a + 1, 4);
+        if (res && !PyLong_CheckExact(res)) {  /* False or None: not a count */
+            Py_DECREF(res);
+            res = Engine_preadinto(e, c->args, 3);
+        }
+        return call_outcome(c, res, result);
+    }
     PyObject *res = Engine_read_inline(e, a + 1, 4);
     if (res && !PyBytes_CheckExact(res)) {
         Py_DECREF(res);
@@ -154,6 +163,25 @@ static int is_large(PyObject *size)
     int overflow;
     long long v = PyLong_AsLongLongAndOverflow(size, &overflow);
     return overflow > 0 || v >= turn_min;
+}
+
+/* A buffer of turn_min bytes or more. Asked for here and again by the engine's call, as any
+ * exporter allows; one that refuses is the engine's to report. */
+static int is_large_buffer(PyObject *buf)
+{
+    Py_ssize_t len;
+    if (PyByteArray_CheckExact(buf)) {
+        len = PyByteArray_GET_SIZE(buf);
+    } else {
+        Py_buffer view;
+        if (!PyObject_CheckBuffer(buf) || PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        len = view.len;
+        PyBuffer_Release(&view);
+    }
+    return len >= turn_min;
 }
 
 /* The first step: the engine's inline attempt, or the start of a wait. */
@@ -186,7 +214,17 @@ static PySendResult call_start(call_t *c, PyObject **result)
         }
         break;
     case CALL_PREADINTO:
-        res = Engine_readinto(e, c->args, 3);
+        if (!is_large_buffer(c->args[1])) {
+            res = Engine_readinto(e, c->args, 3);
+            break;
+        }
+        res = Engine_readinto_inline(e, c->args, 3);
+        if (res == Py_False)
+            return call_turn(c, res, result);
+        if (res && !PyLong_CheckExact(res)) {
+            Py_DECREF(res);
+            res = Engine_preadinto(e, c->args, 3);
+        }
         break;
     default:
         res = Engine_write(e, c->args, 3);

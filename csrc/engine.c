@@ -640,13 +640,14 @@ PyObject *Engine_read_inline(engine_t *e, PyObject *const *args, Py_ssize_t n)
 
 /* preadinto, readinto, pwrite and write: `fast` tries the inline path first and then returns
  * the count itself. A write may also return False: the iteration's budget is spent (yield,
- * then call again with retry=True). */
+ * then call again with retry=True). A read's `fast` is one of the PREAD_ modes, as pread's. */
 static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t n,
                                   const char *name, int kind, int fast)
 {
     int fd, retry = 0;
     int64_t off;
-    if (parse_nargs(name, args, n, fast && kind == OP_WRITE, &retry) < 0 ||
+    int with_retry = kind == OP_WRITE ? fast : fast == PREAD_INLINE_ONLY;
+    if (parse_nargs(name, args, n, with_retry, &retry) < 0 ||
         parse_fd(args[0], &fd) < 0 || parse_offset(args[2], &off) < 0)
         return NULL;
     Py_buffer view;
@@ -667,7 +668,7 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     int ok = 0;
     uint64_t most = kind == OP_WRITE ? WRITE_INLINE_MAX : INLINE_MAX;
     if (fast && view.len > 0 && (uint64_t)view.len <= most)
-        ok = kind == OP_WRITE ? inline_write_allowed(e, fd, retry) : inline_allowed(e, fd, 0);
+        ok = kind == OP_WRITE ? inline_write_allowed(e, fd, retry) : inline_allowed(e, fd, retry);
     if (ok == 1 && (kind == OP_WRITE
                    ? inline_write(e, fd, view.buf, (uint64_t)view.len, off, &got)
                    : inline_read(e, fd, view.buf, (uint64_t)view.len, off, -1, &got))) {
@@ -677,6 +678,12 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     if (ok == WRITE_LATER && kind == OP_WRITE) {
         PyBuffer_Release(&view);
         Py_RETURN_FALSE;
+    }
+    if (kind == OP_READINTO && fast == PREAD_INLINE_ONLY) {  /* as read_inline's answers */
+        PyBuffer_Release(&view);
+        if (ok < 0)
+            return NULL;
+        return Py_NewRef(ok == 0 && e->budget_ns && e->budget_spent ? Py_False : Py_None);
     }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
@@ -694,14 +701,19 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     return engine_start(e, idx);
 }
 
-static PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n)
+PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
-    return engine_buffer_op(e, args, n, "preadinto", OP_READINTO, 0);
+    return engine_buffer_op(e, args, n, "preadinto", OP_READINTO, PREAD_QUEUE);
 }
 
 PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
-    return engine_buffer_op(e, args, n, "readinto", OP_READINTO, 1);
+    return engine_buffer_op(e, args, n, "readinto", OP_READINTO, PREAD_INLINE);
+}
+
+PyObject *Engine_readinto_inline(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    return engine_buffer_op(e, args, n, "readinto_inline", OP_READINTO, PREAD_INLINE_ONLY);
 }
 
 static PyObject *Engine_pwrite(engine_t *e, PyObject *const *args, Py_ssize_t n)
@@ -1507,6 +1519,9 @@ static PyMethodDef Engine_methods[] = {
     {"readinto", (PyCFunction)(void (*)(void))Engine_readinto, METH_FASTCALL,
      "readinto(fd, buffer, offset) -> int | Future[int]: preadinto, completed inline when it "
      "can be (see read)"},
+    {"readinto_inline", (PyCFunction)(void (*)(void))Engine_readinto_inline, METH_FASTCALL,
+     "readinto_inline(fd, buffer, offset, retry=False) -> int | False | None: readinto's "
+     "inline part alone (see read_inline)"},
     {"pwrite", (PyCFunction)(void (*)(void))Engine_pwrite, METH_FASTCALL,
      "pwrite(fd, data, offset) -> Future[int]; short writes continue until all is written"},
     {"write", (PyCFunction)(void (*)(void))Engine_write, METH_FASTCALL,

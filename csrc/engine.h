@@ -266,6 +266,8 @@ PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_read_inline(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
+PyObject *Engine_readinto_inline(engine_t *e, PyObject *const *args, Py_ssize_t n);
+PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_cancel(engine_t *e, PyObject *fut);
 static inline op_t *engine_slot(engine_t *e, uint32_t idx)

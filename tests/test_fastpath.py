@@ -866,3 +866,57 @@ async def test_a_large_read_the_spent_budget_refused_waits_a_turn(native_backend
         aionative.set_inline_budget(None)
         os.close(fd)
         os.close(spender)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("kind", ["bytearray", "mmap", "memoryview"])
+@pytest.mark.parametrize("size,queued", [(TURN_MIN, 0), (4096, 1)])
+async def test_a_large_readinto_the_spent_budget_refused_waits_a_turn(
+        native_backend: str, tmp_path: Path, size: int, queued: int, kind: str) -> None:
+    """``aionative.preadinto`` likewise, whatever holds the buffer: a turn and an inline retry
+    from ``TURN_MIN`` bytes on, the kernel queue below."""
+    fd, data = hot_file(tmp_path / "f", 1 << 20)
+    spender, small = hot_file(tmp_path / "g", 10)
+    mm = mmap.mmap(-1, size)
+    buf: Any = {"bytearray": bytearray(size), "mmap": mm, "memoryview": memoryview(mm)}[kind]
+    aionative.set_inline_budget(0.001)  # 1 ns: spent by the first inline call of an iteration
+    try:
+        eng = _core_engine()
+        for off in (0, 12345):
+            await asyncio.sleep(0.001)  # a new iteration's budget (the flush reopens it)
+            assert eng.read(spender, 1, 0) == small[:1]  # inline: this iteration's budget is spent
+            before = aionative.engine_stats()
+            assert await aionative.preadinto(fd, buf, off) == size
+            assert bytes(buf) == data[off:off + size]
+            assert delta(before, "submitted") == queued
+            assert delta(before, "inline_retries") == 1 - queued
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+        os.close(spender)
+        if isinstance(buf, memoryview):
+            buf.release()
+        mm.close()
+
+
+@pytest.mark.asyncio
+async def test_readinto_inline_answers_as_read_inline(native_backend: str, tmp_path: Path) -> None:
+    """``Engine.readinto_inline``: the count when done inline, False when the budget is spent
+    (then, after a turn, the retry), None when the read must go to the kernel queue."""
+    fd, data = hot_file(tmp_path / "f", 1 << 16)
+    buf = bytearray(4096)
+    aionative.set_inline_budget(0.001)
+    try:
+        eng = _core_engine()
+        await asyncio.sleep(0.001)
+        assert eng.readinto_inline(fd, buf, 100) == 4096 and buf == data[100:4196]
+        assert eng.readinto_inline(fd, buf, 0) is False        # spent by the first
+        await asyncio.sleep(0.001)                              # the turn
+        assert eng.readinto_inline(fd, buf, 0, True) == 4096 and buf == data[:4096]
+        aionative.set_inline_budget(0)
+        assert eng.readinto_inline(fd, buf, 0) is None          # no inline path at all
+        with pytest.raises(BufferError):
+            eng.readinto_inline(fd, b"read-only", 0)
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
