@@ -1043,35 +1043,31 @@ class _BinaryBase(AsyncBase[bytes]):
             await self._push()
 
     def _direct_read_ok(self, n: int) -> bool:
-        """Whether ``read(n)`` may skip the window: a read-only, buffered regular file read
-        through the engine, nothing of the position's data in the window or the buffered
-        layer (its position is the raw one), and ``n`` within the file as we know it (the
-        builtin would allocate ``n`` bytes too, but this one stays within what the window's
-        path would fetch)."""
+        """Whether ``n`` bytes of a ``read()`` may skip the window: a read-only regular file
+        read through the engine under a buffered layer (``buffering=0`` is FileIO's one
+        read(2), capped, with no tell()), nothing of the position's data in the window or
+        the buffered layer (its position is the raw one), and ``n`` within the file as we
+        know it (the builtin would allocate ``n`` bytes too, but this one stays within what
+        the window's path would fetch)."""
         raw = self._raw
         assert raw is not None
         return (raw.kind != STREAM and not raw.direct and not raw.writes_fd
-                and self._route == "engine" and not raw.available()
+                and self._route == "engine" and self._file is not raw and not raw.available()
                 and n <= raw.size - raw.pos + 65536
                 and self._run(self._file.tell) == raw.pos)
 
     async def _read_direct(self, n: int) -> bytes:
         """Up to ``n`` bytes at the position in one ``aionative.pread`` (inline from the page
-        cache within the budget, else a turn or the kernel queue); short only at the end of
-        the file. The position moves only once the data is here: a cancelled read leaves it
-        where it was."""
+        cache within the budget, else a turn or the kernel queue). Short at the end of the
+        file, which it then notes, or where a file system stops short of it (sysfs, FUSE,
+        network file systems), which it does not. The position moves only once the data is
+        here: a cancelled read leaves it where it was."""
         raw = self._raw
         assert raw is not None
         pos = raw.pos
         data = await _lowlevel.pread(raw._fd, n, pos)
-        end = pos + len(data)
-        raw.pos = end
-        if len(data) < n:
-            raw.eof = end
-            if data or end < raw.size:
-                raw.size = end
-        elif end > raw.size:
-            raw.size = end
+        raw.note_read(pos, len(data), n)
+        raw.pos = pos + len(data)
         self._run(self._file.tell)  # the buffered layer caches the raw position: refresh it
         return data
 
@@ -1116,10 +1112,14 @@ class _BinaryBase(AsyncBase[bytes]):
                 res = self._run(self._file.read, size)
                 await self._push()
                 return res if res is not None else b""
-            if n >= _DIRECT_READ_MIN and self._direct_read_ok(n):
-                head = await self._read_direct(n)
-                if len(head) == n:
-                    return head
+            # As BufferedReader.read(n) does: whole buffers' worth from the file straight
+            # into the result, the rest through the buffer (which is then left as the
+            # builtin's is: what peek() and read1() see, where the descriptor's offset is).
+            whole = n - n % self._bufsize
+            if whole >= _DIRECT_READ_MIN and self._direct_read_ok(whole):
+                head = await self._read_direct(whole)
+                if len(head) == n or (len(head) < whole and self._raw.eof >= 0):
+                    return head  # all of it, or the end of the file
                 rest = await self._read_loop(self._file.read, n - len(head),
                                              n - len(head) + self._bufsize)
                 return head + rest if rest else head

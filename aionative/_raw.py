@@ -264,12 +264,17 @@ class WindowRaw(io.RawIOBase):
         else:
             self.buf = data
             self.wstart = offset
-        end = offset + len(data)
-        if len(data) < requested and (not data or end >= self.size):
+        self.note_read(offset, len(data), requested)
+
+    def note_read(self, offset: int, got: int, requested: int) -> None:
+        """What a read of ``requested`` bytes at ``offset`` that returned ``got`` says of the
+        file's size and end (regular files; see add_data)."""
+        end = offset + got
+        if got < requested and (not got or end >= self.size):
             self.eof = end
             # Data ending here: the file's size. Nothing at an offset past our size: the size
             # we know stands (nothing at an offset below it: the file shrank under us).
-            if data or end < self.size:
+            if got or end < self.size:
                 self.size = end
         elif end > self.size:
             self.size = end

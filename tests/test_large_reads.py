@@ -117,3 +117,51 @@ async def test_read_write_files_keep_the_window(backend: str, tmp_path: Path) ->
         await f.write(b"x" * 10)
         await f.seek(0)
         assert await f.read(BIG) == b"x" * 10 + data[10:BIG]
+
+
+SYSFS_BIG = Path("/sys/kernel/btf/vmlinux")  # several MiB, read in pieces shorter than asked
+
+
+@pytest.mark.skipif(not SYSFS_BIG.exists() or not os.access(SYSFS_BIG, os.R_OK),
+                    reason="no readable /sys/kernel/btf/vmlinux")
+async def test_a_short_read_before_the_size_is_not_the_end(backend: str) -> None:
+    """sysfs (like FUSE or a network file system) may return less than asked in the middle
+    of a file: the builtin reads on, and so must a large read."""
+    if SYSFS_BIG.stat().st_size < 3 * BIG:
+        pytest.skip("the sysfs file is too small here")
+    await replay(SYSFS_BIG, [("read", (BIG,)), ("read", (2 * BIG + 3,)), ("read", (BIG,))])
+
+
+async def test_the_buffered_layer_is_left_as_the_builtin_leaves_it(backend: str,
+                                                                   tmp_path: Path) -> None:
+    """``BufferedReader.read(n)`` reads whole buffers' worth directly and the rest through its
+    buffer: what ``peek()`` and ``read1()`` return next, and where the descriptor's offset
+    is (a file opened from a descriptor), depend on it."""
+    path, _ = make(tmp_path, 4 * BIG)
+    n = BIG + 1000  # not a multiple of the buffer size
+    await replay(path, [("read", (n,)), ("peek", ()), ("read1", (10 ** 6,)), ("read", (n,)),
+                        ("read", (3,)), ("read1", (10 ** 6,))], tell=False)
+    fd_ref, fd_ours = os.open(path, os.O_RDONLY), os.open(path, os.O_RDONLY)
+    try:
+        with open(fd_ref, "rb", closefd=False) as ref:  # noqa: ASYNC230 - the reference
+            async with aionative.open(fd_ours, "rb", closefd=False) as f:
+                assert await f.read(n) == ref.read(n)
+                assert os.lseek(fd_ours, 0, os.SEEK_CUR) == os.lseek(fd_ref, 0, os.SEEK_CUR)
+    finally:
+        os.close(fd_ref)
+        os.close(fd_ours)
+
+
+async def test_unbuffered_files_read_as_fileio_does(backend: str, tmp_path: Path) -> None:
+    """``buffering=0`` is FileIO: one read(2) a call, and no lseek(2) that would make a later
+    failed seek leave ``seekable()`` true."""
+    path, _ = make(tmp_path, 2 * BIG)
+    with open(path, "rb", buffering=0) as ref:  # noqa: ASYNC230 - the reference
+        async with aionative.open(path, "rb", buffering=0) as f:
+            assert await f.read(BIG) == ref.read(BIG)
+            with pytest.raises(OSError):
+                ref.seek(-1)
+            with pytest.raises(OSError):
+                await f.seek(-1)
+            assert await f.seekable() == ref.seekable()
+            assert await f.read(BIG) == ref.read(BIG)
