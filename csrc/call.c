@@ -165,8 +165,10 @@ static int is_large(PyObject *size)
     return overflow > 0 || v >= turn_min;
 }
 
-/* A buffer of turn_min bytes or more. Asked for here and again by the engine's call, as any
- * exporter allows; one that refuses is the engine's to report. */
+/* 1 for a buffer of turn_min bytes or more, else 0; -1 with the error set if asking for it
+ * was interrupted (KeyboardInterrupt, SystemExit from an exporter's Python code). Asked for
+ * here and again by the engine's call, as any exporter allows; one that refuses is the
+ * engine's to report. */
 static int is_large_buffer(PyObject *buf)
 {
     Py_ssize_t len;
@@ -174,7 +176,11 @@ static int is_large_buffer(PyObject *buf)
         len = PyByteArray_GET_SIZE(buf);
     } else {
         Py_buffer view;
-        if (!PyObject_CheckBuffer(buf) || PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) {
+        if (!PyObject_CheckBuffer(buf))
+            return 0;
+        if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                return -1;
             PyErr_Clear();
             return 0;
         }
@@ -213,8 +219,13 @@ static PySendResult call_start(call_t *c, PyObject **result)
             res = Engine_pread(e, c->args, 3);
         }
         break;
-    case CALL_PREADINTO:
-        if (!is_large_buffer(c->args[1])) {
+    case CALL_PREADINTO: {
+        int large = is_large_buffer(c->args[1]);
+        if (large < 0) {
+            call_forget(c);
+            return PYGEN_ERROR;
+        }
+        if (!large) {
             res = Engine_readinto(e, c->args, 3);
             break;
         }
@@ -226,6 +237,7 @@ static PySendResult call_start(call_t *c, PyObject **result)
             res = Engine_preadinto(e, c->args, 3);
         }
         break;
+    }
     default:
         res = Engine_write(e, c->args, 3);
         if (res == Py_False)
