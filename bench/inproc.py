@@ -47,6 +47,11 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         ``aionative.open`` and ``aiofiles.open`` in turn: lines/s, CPU µs a line, and how
         aionative's writes went (inline, queued).
 
+    python -m bench.inproc cold-whole [--n 4 16] [--backend linux_aio]
+        A cold 256 MiB read (W1's file, its pages dropped before each) as one
+        ``aionative.pread``, as N concurrent ones of 256 MiB / N, and as one ``os.pread``,
+        alternating, three passes: GB/s (median). Whether splitting a large read helps.
+
 ``--turn-min BYTES`` sets ``aionative.pread``'s ``TURN_MIN`` for any of them (0: every read the
 spent budget refused waits a turn instead of going to the kernel queue).
 
@@ -344,6 +349,39 @@ async def w3_seq() -> None:
               f"{len(offs)} reads: {last[ours]}")
 
 
+async def cold_whole(chunks: list[int]) -> None:
+    """One cold 256 MiB read (W1's file, its pages dropped first) as one ``aionative.pread``
+    and as ``k`` concurrent ones of ``256 MiB / k``, against one ``os.pread``: GB/s, median of
+    three passes, the variants alternating."""
+    paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
+    if not paths:
+        raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
+    size = 256 << 20
+    fd = os.open(paths[0], os.O_RDONLY)
+    names = ["os.pread", "1 pread"] + [f"{k} preads" for k in chunks]
+    runs: dict[str, list[float]] = {k: [] for k in names}
+    try:
+        for _ in range(3):
+            for name in names:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                t0 = time.perf_counter()
+                if name == "os.pread":
+                    got = len(os.pread(fd, size, 0))
+                else:
+                    k = int(name.split()[0])
+                    parts = await asyncio.gather(*(aionative.pread(fd, size // k, i * size // k)
+                                                   for i in range(k)))
+                    got = sum(map(len, parts))
+                if got != size:
+                    raise RuntimeError(f"{name}: {got} bytes")
+                runs[name].append(size / (time.perf_counter() - t0) / 1e9)
+    finally:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    print(f"{aionative.get_engine().backend}: " + ", ".join(
+        f"{k} {sorted(v)[1]:.2f} GB/s" for k, v in runs.items()))
+
+
 async def _run_tasks(work: Callable[[int, list[bool]], Awaitable[None]], n: int,
                      warmup: float, seconds: float, cpu: Callable[[], Any] = _cpu,
                      ) -> tuple[float, Any, Any, dict[str, int], dict[str, int]]:
@@ -535,7 +573,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
                                      "w6-turns", "w2-direct", "w3-seq", "w5-write",
-                                     "log-lines"])
+                                     "log-lines", "cold-whole"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -567,6 +605,8 @@ def main() -> None:
         coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
     elif args.what == "log-lines":
         coro = log_lines((args.n or [20000])[0])
+    elif args.what == "cold-whole":
+        coro = cold_whole(args.n or [4, 16])
     elif args.what == "w5-write":
         coro = w5_write(args.n or [1, 64], args.seconds if args.seconds != 6.0 else 2.0,
                         args.tmpfs)
