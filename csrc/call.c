@@ -118,35 +118,6 @@ static PySendResult call_slow(call_t *c, PyObject *fn, PyObject *const *args, si
     return call_delegate(c, coro, result);
 }
 
-/* The retry after the turn: inline if the renewed budget (or its grace) admits it; else a
- * pread goes to the kernel queue and a pwrite to the queue of refused calls. */
-static PySendResult call_after_turn(call_t *c, PyObject **result)
-{
-    engine_t *e = (engine_t *)c->eng;
-    PyObject *a[5] = {c->eng, c->args[0], c->args[1], c->args[2], Py_True};
-    if (c->kind == CALL_PWRITE) {
-        PyObject *res = Engine_write(e, a + 1, 4);
-        if (res != Py_False)
-            return call_outcome(c, res, result);
-        Py_DECREF(res);
-        return call_slow(c, write_refused_fn, a, 4, result);
-    }
-    if (c->kind == CALL_PREADINTO) {
-        PyObject *res = Engine_readinto_inline(e, a + 1, 4);
-        if (res && !PyLong_CheckExact(res)) {  /* False or None: not a count */
-            Py_DECREF(res);
-            res = Engine_preadinto(e, c->args, 3);
-        }
-        return call_outcome(c, res, result);
-    }
-    PyObject *res = Engine_read_inline(e, a + 1, 4);
-    if (res && !PyBytes_CheckExact(res)) {
-        Py_DECREF(res);
-        res = Engine_pread(e, c->args, 3);
-    }
-    return call_outcome(c, res, result);
-}
-
 /* A bare yield: the task runs again on the loop's next iteration, then call_after_turn. */
 static PySendResult call_turn(call_t *c, PyObject *refused, PyObject **result)
 {
@@ -154,6 +125,39 @@ static PySendResult call_turn(call_t *c, PyObject *refused, PyObject **result)
     c->state = ST_TURN;
     *result = Py_NewRef(Py_None);
     return PYGEN_NEXT;
+}
+
+/* A large pread or preadinto: inline (the bytes, or the count); refused by the spent budget
+ * on the first step, a turn; else — or refused again on the retry after the turn — the
+ * kernel queue. */
+static PySendResult call_large_read(call_t *c, engine_t *e, int retry, PyObject **result)
+{
+    int into = c->kind == CALL_PREADINTO;
+    PyObject *a[4] = {c->args[0], c->args[1], c->args[2], Py_True};
+    PyObject *res = into ? Engine_readinto_inline(e, a, 3 + retry)
+                         : Engine_read_inline(e, a, 3 + retry);
+    if (res == Py_False && !retry)
+        return call_turn(c, res, result);
+    if (res && !(into ? PyLong_CheckExact(res) : PyBytes_CheckExact(res))) {
+        Py_DECREF(res);  /* False or None: not done */
+        res = into ? Engine_preadinto(e, c->args, 3) : Engine_pread(e, c->args, 3);
+    }
+    return call_outcome(c, res, result);
+}
+
+/* The retry after the turn: inline if the renewed budget (or its grace) admits it; else a
+ * read goes to the kernel queue and a pwrite to the queue of refused calls. */
+static PySendResult call_after_turn(call_t *c, PyObject **result)
+{
+    engine_t *e = (engine_t *)c->eng;
+    if (c->kind != CALL_PWRITE)
+        return call_large_read(c, e, 1, result);
+    PyObject *a[5] = {c->eng, c->args[0], c->args[1], c->args[2], Py_True};
+    PyObject *res = Engine_write(e, a + 1, 4);
+    if (res != Py_False)
+        return call_outcome(c, res, result);
+    Py_DECREF(res);
+    return call_slow(c, write_refused_fn, a, 4, result);
 }
 
 static int is_large(PyObject *size)
@@ -205,39 +209,23 @@ static PySendResult call_start(call_t *c, PyObject **result)
     engine_t *e = (engine_t *)eng;
     c->eng = eng;
     PyObject *res;
+    int large;
     switch (c->kind) {
     case CALL_PREAD:
-        if (!is_large(c->args[1])) {
-            res = Engine_read(e, c->args, 3);
-            break;
-        }
-        res = Engine_read_inline(e, c->args, 3);
-        if (res == Py_False)
-            return call_turn(c, res, result);
-        if (res && !PyBytes_CheckExact(res)) {
-            Py_DECREF(res);
-            res = Engine_pread(e, c->args, 3);
-        }
+        if (is_large(c->args[1]))
+            return call_large_read(c, e, 0, result);
+        res = Engine_read(e, c->args, 3);
         break;
-    case CALL_PREADINTO: {
-        int large = is_large_buffer(c->args[1]);
+    case CALL_PREADINTO:
+        large = is_large_buffer(c->args[1]);
         if (large < 0) {
             call_forget(c);
             return PYGEN_ERROR;
         }
-        if (!large) {
-            res = Engine_readinto(e, c->args, 3);
-            break;
-        }
-        res = Engine_readinto_inline(e, c->args, 3);
-        if (res == Py_False)
-            return call_turn(c, res, result);
-        if (res && !PyLong_CheckExact(res)) {
-            Py_DECREF(res);
-            res = Engine_preadinto(e, c->args, 3);
-        }
+        if (large)
+            return call_large_read(c, e, 0, result);
+        res = Engine_readinto(e, c->args, 3);
         break;
-    }
     default:
         res = Engine_write(e, c->args, 3);
         if (res == Py_False)

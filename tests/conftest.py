@@ -15,8 +15,9 @@ import gc
 import os
 import time
 import types
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -27,6 +28,8 @@ try:
     import uvloop
 except ImportError:  # pragma: no cover - uvloop is a test dependency
     uvloop = None
+
+T = TypeVar("T")
 
 BACKENDS = ("io_uring", "linux_aio", "threads")
 NATIVE = ("io_uring", "linux_aio")
@@ -122,6 +125,27 @@ def cold_file(path: Path, size: int) -> tuple[int, bytes]:
     os.fsync(fd)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     return fd, data
+
+
+def evict(path: Path) -> None:
+    """Drop the file's (clean) pages from the page cache: its next reads are cold."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+async def cancel_after_a_turn(aw: Awaitable[T]) -> T | None:
+    """Start ``aw`` as a task, let the loop turn once, then cancel it: its result if it
+    finished first, None if the cancellation took."""
+    task = asyncio.ensure_future(aw)
+    await asyncio.sleep(0)
+    task.cancel()
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return None
 
 
 def open_fds_to(path: Path) -> int:

@@ -843,42 +843,19 @@ async def test_close_cached_does_not_wait_for_a_spent_budget(native_backend: str
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("into", [None, "bytearray", "mmap", "memoryview"])
 @pytest.mark.parametrize("size,queued", [(TURN_MIN, 0), (4096, 1)])
-async def test_a_large_read_the_spent_budget_refused_waits_a_turn(native_backend: str,
-                                                                  tmp_path: Path, size: int,
-                                                                  queued: int) -> None:
+async def test_a_large_read_the_spent_budget_refused_waits_a_turn(
+        native_backend: str, tmp_path: Path, size: int, queued: int, into: str | None) -> None:
     """``aionative.pread`` of ``TURN_MIN`` bytes or more that finds the budget spent waits one
     turn and is retried inline (its copy outweighs the turn; queued, the kernel would make
-    the same copy inside the flush); a smaller one goes to the kernel queue."""
-    fd, data = hot_file(tmp_path / "f", 1 << 20)
-    spender, small = hot_file(tmp_path / "g", 10)
-    aionative.set_inline_budget(0.001)  # 1 ns: spent by the first inline call of an iteration
-    try:
-        eng = _core_engine()
-        for off in (0, 12345):
-            await asyncio.sleep(0.001)  # a new iteration's budget (the flush reopens it)
-            assert eng.read(spender, 1, 0) == small[:1]  # inline: this iteration's budget is spent
-            before = aionative.engine_stats()
-            assert await aionative.pread(fd, size, off) == data[off:off + size]
-            assert delta(before, "submitted") == queued
-            assert delta(before, "inline_retries") == 1 - queued
-    finally:
-        aionative.set_inline_budget(None)
-        os.close(fd)
-        os.close(spender)
-
-
-@pytest.mark.asyncio
-@pytest.mark.parametrize("kind", ["bytearray", "mmap", "memoryview"])
-@pytest.mark.parametrize("size,queued", [(TURN_MIN, 0), (4096, 1)])
-async def test_a_large_readinto_the_spent_budget_refused_waits_a_turn(
-        native_backend: str, tmp_path: Path, size: int, queued: int, kind: str) -> None:
-    """``aionative.preadinto`` likewise, whatever holds the buffer: a turn and an inline retry
-    from ``TURN_MIN`` bytes on, the kernel queue below."""
+    the same copy inside the flush); a smaller one goes to the kernel queue. ``preadinto``
+    (``into``: what holds its buffer) likewise."""
     fd, data = hot_file(tmp_path / "f", 1 << 20)
     spender, small = hot_file(tmp_path / "g", 10)
     mm = mmap.mmap(-1, size)
-    buf: Any = {"bytearray": bytearray(size), "mmap": mm, "memoryview": memoryview(mm)}[kind]
+    buf: Any = {"bytearray": bytearray(size), "mmap": mm, "memoryview": memoryview(mm),
+                None: None}[into]
     aionative.set_inline_budget(0.001)  # 1 ns: spent by the first inline call of an iteration
     try:
         eng = _core_engine()
@@ -886,8 +863,11 @@ async def test_a_large_readinto_the_spent_budget_refused_waits_a_turn(
             await asyncio.sleep(0.001)  # a new iteration's budget (the flush reopens it)
             assert eng.read(spender, 1, 0) == small[:1]  # inline: this iteration's budget is spent
             before = aionative.engine_stats()
-            assert await aionative.preadinto(fd, buf, off) == size
-            assert bytes(buf) == data[off:off + size]
+            if buf is None:
+                assert await aionative.pread(fd, size, off) == data[off:off + size]
+            else:
+                assert await aionative.preadinto(fd, buf, off) == size
+                assert bytes(buf) == data[off:off + size]
             assert delta(before, "submitted") == queued
             assert delta(before, "inline_retries") == 1 - queued
     finally:

@@ -5,7 +5,6 @@ returns and where it leaves the file must be what the builtin's would, whatever 
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 from pathlib import Path
@@ -15,6 +14,8 @@ import pytest
 
 import aionative
 from aionative import _files
+
+from .conftest import cancel_after_a_turn, evict
 
 pytestmark = pytest.mark.asyncio
 
@@ -91,19 +92,11 @@ async def test_cancelled_large_read_keeps_the_position(backend: str, ring_only: 
     path, data = make(tmp_path, 4 * BIG)
     cancelled = 0
     for _ in range(20):
-        fd = os.open(path, os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
+        evict(path)
         async with aionative.open(path, "rb") as f:
             assert await f.read(BIG) == data[:BIG]
-            task = asyncio.ensure_future(f.read(2 * BIG))
-            await asyncio.sleep(0)
-            task.cancel()
-            try:
-                got = await task
-            except asyncio.CancelledError:
-                got = None
-                cancelled += 1
+            got = await cancel_after_a_turn(f.read(2 * BIG))
+            cancelled += got is None
             pos = BIG if got is None else BIG + len(got)
             assert await f.tell() == pos
             assert await f.read(BIG) == data[pos:pos + BIG]

@@ -17,6 +17,8 @@ import pytest
 import aionative
 import aionative.os
 
+from .conftest import cancel_after_a_turn, evict
+
 pytestmark = pytest.mark.asyncio
 
 
@@ -219,18 +221,10 @@ async def test_cancelled_read_leaves_the_file_consistent(backend: str, tmp_path:
     path = tmp_path / "cold"
     path.write_bytes(data)
     for _ in range(20):
-        fd = os.open(path, os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
+        evict(path)
         async with aionative.open(path, "rb") as f:
             assert await f.read(10) == data[:10]
-            task = asyncio.ensure_future(f.read(2 << 20))
-            await asyncio.sleep(0)
-            task.cancel()
-            try:
-                got = await task
-            except asyncio.CancelledError:
-                got = None
+            got = await cancel_after_a_turn(f.read(2 << 20))
             pos = 10 if got is None else 10 + len(got)
             assert await f.tell() == pos
             assert await f.read() == data[pos:]
@@ -241,9 +235,7 @@ async def test_cancelled_text_readline_leaves_the_file_consistent(backend: str,
     lines = [f"{i:06d} {'x' * (i % 90)}\n" for i in range(40000)]
     path = tmp_path / "lines.txt"
     path.write_text("".join(lines))
-    fd = os.open(path, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
+    evict(path)
     got: list[str] = []
     attempts = 0
     async with aionative.open(path, encoding="ascii") as f:
