@@ -51,7 +51,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
 from operator import index
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from . import _kernelops as _k
 from . import _lowlevel
@@ -1056,20 +1056,31 @@ class _BinaryBase(AsyncBase[bytes]):
                 and n <= raw.size - raw.pos + 65536
                 and self._run(self._file.tell) == raw.pos)
 
-    async def _read_direct(self, n: int) -> bytes:
-        """Up to ``n`` bytes at the position in one ``aionative.pread`` (inline from the page
-        cache within the budget, else a turn or the kernel queue). Short at the end of the
-        file, which it then notes, or where a file system stops short of it (sysfs, FUSE,
-        network file systems), which it does not. The position moves only once the data is
-        here: a cancelled read leaves it where it was."""
+    @overload
+    async def _read_direct(self, into: None, n: int) -> bytes: ...
+    @overload
+    async def _read_direct(self, into: memoryview, n: int) -> int: ...
+
+    async def _read_direct(self, into: memoryview | None, n: int) -> bytes | int:
+        """Up to ``n`` bytes at the position in one ``aionative.pread`` (``into`` None: the
+        bytes) or ``preadinto`` (the count), inline from the page cache within the budget,
+        else after a turn or through the kernel queue. Short at the end of the file, which it
+        then notes, or where a file system stops short of it (sysfs, FUSE, network file
+        systems), which it does not. The position moves only once the data is here: a
+        cancelled read leaves it where it was."""
         raw = self._raw
         assert raw is not None
         pos = raw.pos
-        data = await _lowlevel.pread(raw._fd, n, pos)
-        raw.note_read(pos, len(data), n)
-        raw.pos = pos + len(data)
+        if into is None:
+            data = await _lowlevel.pread(raw._fd, n, pos)
+            res: bytes | int = data
+            got = len(data)
+        else:
+            res = got = await _lowlevel.preadinto(raw._fd, into, pos)
+        raw.note_read(pos, got, n)
+        raw.pos = pos + got
         self._run(self._file.tell)  # the buffered layer caches the raw position: refresh it
-        return data
+        return res
 
     async def _read_loop(self, fn: Callable[[int], bytes | None], n: int,
                          prefetch: int) -> bytes:
@@ -1117,7 +1128,7 @@ class _BinaryBase(AsyncBase[bytes]):
             # builtin's is: what peek() and read1() see, where the descriptor's offset is).
             whole = n - n % self._bufsize
             if whole >= _DIRECT_READ_MIN and self._direct_read_ok(whole):
-                head = await self._read_direct(whole)
+                head = await self._read_direct(None, whole)
                 if len(head) == n or (len(head) < whole and self._raw.eof >= 0):
                     return head  # all of it, or the end of the file
                 rest = await self._read_loop(self._file.read, n - len(head),
@@ -1219,9 +1230,19 @@ class _BinaryBase(AsyncBase[bytes]):
                 return int(self._run(self._file.readinto, b))
             with view:
                 want = len(view)
+                done = 0
+                # As BufferedReader.readinto does: more than a buffer's worth goes from the
+                # file straight into the caller's buffer (a slice of the view: the engine's
+                # export of it outlives a cancelled call, which `with view` must not wait for).
+                if (want >= _DIRECT_READ_MIN and want > self._bufsize
+                        and self._direct_read_ok(want)):
+                    done = await self._read_direct(view[:], want)
+                    if done == want or raw.eof >= 0:
+                        await self._push()
+                        return done  # all of it, or the end of the file
                 if raw.kind != STREAM:
-                    await self._fetch(want + self._bufsize)
-                done = self._run(self._file.readinto, b) or 0
+                    await self._fetch(want - done + self._bufsize)
+                done += self._run(self._file.readinto, view[done:] if done else b) or 0
                 while raw.missed and done < want:
                     need, raw.missed = raw.missed, 0
                     await self._push()

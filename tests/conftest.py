@@ -136,11 +136,13 @@ def evict(path: Path) -> None:
         os.close(fd)
 
 
-async def cancel_after_a_turn(aw: Awaitable[T]) -> T | None:
-    """Start ``aw`` as a task, let the loop turn once, then cancel it: its result if it
-    finished first, None if the cancellation took."""
+async def cancel_after_a_turn(aw: Awaitable[T], turns: int = 1) -> T | None:
+    """Start ``aw`` as a task, let the loop turn once (or ``turns`` times: the second lets
+    the engine's flush hand a queued operation to the kernel), then cancel it: its result if
+    it finished first, None if the cancellation took."""
     task = asyncio.ensure_future(aw)
-    await asyncio.sleep(0)
+    for _ in range(turns):
+        await asyncio.sleep(0)
     task.cancel()
     try:
         return await task

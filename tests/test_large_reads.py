@@ -5,7 +5,10 @@ returns and where it leaves the file must be what the builtin's would, whatever 
 
 from __future__ import annotations
 
+import array
+import asyncio
 import io
+import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -158,3 +161,62 @@ async def test_unbuffered_files_read_as_fileio_does(backend: str, tmp_path: Path
                 await f.seek(-1)
             assert await f.seekable() == ref.seekable()
             assert await f.read(BIG) == ref.read(BIG)
+
+
+@pytest.mark.parametrize("kind", ["bytearray", "memoryview", "mmap", "array"])
+async def test_large_readinto_agrees_with_the_builtin(backend: str, tmp_path: Path,
+                                                      kind: str) -> None:
+    """``readinto`` of more than a buffer's worth goes straight into the caller's buffer, as
+    BufferedReader.readinto does; sizes that are not a multiple of the buffer, and the end
+    of the file, leave both files alike."""
+    path, _ = make(tmp_path, 3 * BIG + 777)
+
+    def buffer(n: int) -> Any:
+        if kind == "bytearray":
+            return bytearray(n)
+        if kind == "memoryview":
+            return memoryview(bytearray(n))
+        if kind == "mmap":
+            return mmap.mmap(-1, n)
+        return array.array("i", bytes(n))  # n a multiple of 4: a non-byte format
+
+    for peek in (False, True):  # peek() fills the buffered layer: then the window serves
+        with open(path, "rb") as ref:  # noqa: ASYNC230 - the reference
+            async with aionative.open(path, "rb") as f:
+                for k, n in enumerate((BIG, BIG + 1000, BIG + 4, 4, BIG, 2 * BIG)):
+                    mine, theirs = buffer(n), buffer(n)
+                    assert await f.readinto(mine) == ref.readinto(theirs)
+                    if k == 0:
+                        raw = f._raw
+                        assert raw is not None and raw.buf == b""  # not through the window
+                    assert bytes(mine) == bytes(theirs)
+                    if peek:
+                        assert await f.peek() == ref.peek()
+                    assert await f.tell() == ref.tell()
+
+
+async def test_cancelled_large_readinto_keeps_the_position_and_frees_the_buffer(
+        backend: str, ring_only: None, tmp_path: Path) -> None:
+    """Cancelled while the kernel reads into the caller's buffer: the position stays, the
+    call raises CancelledError (not a BufferError from releasing a buffer the kernel still
+    holds), and the buffer is the caller's again once the read completes."""
+    path, data = make(tmp_path, 4 * BIG)
+    cancelled = 0
+    for _ in range(10):
+        evict(path)
+        buf = bytearray(2 * BIG)
+        async with aionative.open(path, "rb") as f:
+            # Two turns: the engine's flush hands the read to the kernel on the second.
+            got = await cancel_after_a_turn(f.readinto(buf), turns=2)
+            cancelled += got is None
+            pos = 0 if got is None else got
+            assert await f.tell() == pos
+            assert await f.read(BIG) == data[pos:pos + BIG]
+        for _ in range(100):  # the kernel's hold on the buffer ends with its completion
+            try:
+                buf.append(0)
+                break
+            except BufferError:
+                await asyncio.sleep(0.01)
+        assert len(buf) == 2 * BIG + 1
+    assert cancelled, "no readinto was cancelled while it waited"
