@@ -29,6 +29,10 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         against ``os.pread``, and ``aionative.preadinto``s into one buffer against
         ``os.preadv``, alternating, five passes each: median µs a read, each pair's ratio, and
         how the last pass's reads went (queued, inline, retried after a turn).
+    python -m bench.inproc w3-file
+        W3 through file objects: 1 MiB ``read``s, then ``readinto``s into one buffer, over the
+        first 256 MiB of W1's (cached) file, by ``aionative.open`` and the builtin ``open``,
+        alternating, five passes each: median µs a chunk and the ratios.
     python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
         W2's O_DIRECT random 4 KiB ``aionative.preadinto``s of W1's file by N tasks: reads/s,
         CPU µs a read, and the engine's submission batches, system calls and eventfd wake-ups
@@ -382,6 +386,38 @@ async def cold_whole(chunks: list[int]) -> None:
         f"{k} {sorted(v)[1]:.2f} GB/s" for k, v in runs.items()))
 
 
+async def w3_file() -> None:
+    """W3 through file objects: 256 sequential 1 MiB ``read``s, then ``readinto``s into one
+    buffer, of the first 256 MiB of W1's (cached) file, by ``aionative.open`` and the builtin
+    ``open``, alternating, five passes each: median µs a chunk and the ratios."""
+    fd = _w1_hot_fd(256 << 20)
+    os.close(fd)
+    path = min(DATA_DIR.glob("w1-hot-*.bin"))
+    chunk, count = 1 << 20, 256
+    buf = bytearray(chunk)
+    times: dict[str, list[float]] = {k: [] for k in ("open read", "aionative.open read",
+                                                     "open readinto",
+                                                     "aionative.open readinto")}
+    for _ in range(5):
+        for name, runs in times.items():
+            into = name.endswith("readinto")
+            t0 = time.perf_counter()
+            if name.startswith("aionative"):
+                async with aionative.open(path, "rb") as af:
+                    for _ in range(count):
+                        await (af.readinto(buf) if into else af.read(chunk))
+            else:
+                with open(path, "rb") as f:  # noqa: ASYNC230 - the reference
+                    for _ in range(count):
+                        f.readinto(buf) if into else f.read(chunk)
+            runs.append((time.perf_counter() - t0) / count * 1e6)
+    med = {k: sorted(v)[2] for k, v in times.items()}
+    for op in ("read", "readinto"):
+        a, b = med[f"open {op}"], med[f"aionative.open {op}"]
+        print(f"µs a 1 MiB {op}: open {a:.1f}, aionative.open {b:.1f} = {a / b:.3f}× the "
+              f"builtin's speed")
+
+
 async def _run_tasks(work: Callable[[int, list[bool]], Awaitable[None]], n: int,
                      warmup: float, seconds: float, cpu: Callable[[], Any] = _cpu,
                      ) -> tuple[float, Any, Any, dict[str, int], dict[str, int]]:
@@ -573,7 +609,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
                                      "w6-turns", "w2-direct", "w3-seq", "w5-write",
-                                     "log-lines", "cold-whole"])
+                                     "log-lines", "cold-whole", "w3-file"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -605,6 +641,8 @@ def main() -> None:
         coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
     elif args.what == "log-lines":
         coro = log_lines((args.n or [20000])[0])
+    elif args.what == "w3-file":
+        coro = w3_file()
     elif args.what == "cold-whole":
         coro = cold_whole(args.n or [4, 16])
     elif args.what == "w5-write":
