@@ -1076,7 +1076,9 @@ class _BinaryBase(AsyncBase[bytes]):
             res: bytes | int = data
             got = len(data)
         else:
-            res = got = await _lowlevel.preadinto(raw._fd, into, pos)
+            call = _lowlevel.preadinto(raw._fd, into, pos)
+            del into  # the engine holds it while it must; a kept traceback must not
+            res = got = await call
         raw.note_read(pos, got, n)
         raw.pos = pos + got
         self._run(self._file.tell)  # the buffered layer caches the raw position: refresh it
@@ -1234,7 +1236,7 @@ class _BinaryBase(AsyncBase[bytes]):
                 # As BufferedReader.readinto does: more than a buffer's worth goes from the
                 # file straight into the caller's buffer (a slice of the view: the engine's
                 # export of it outlives a cancelled call, which `with view` must not wait for).
-                if (want >= _DIRECT_READ_MIN and want > self._bufsize
+                if (want >= _DIRECT_READ_MIN and want > self._bufsize and not view.readonly
                         and self._direct_read_ok(want)):
                     done = await self._read_direct(view[:], want)
                     if done == want or raw.eof >= 0:

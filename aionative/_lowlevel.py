@@ -69,6 +69,9 @@ async def _preadinto(fd: int, buffer: Any, offset: int) -> int:
     """
     eng = get_engine()
     res = eng.readinto(fd, buffer, offset)
+    # The engine holds the buffer as long as it needs it; this frame must not, or an exception
+    # kept after a cancellation (its traceback keeps the frame) keeps the buffer exported.
+    del buffer
     if isinstance(res, int):  # completed inline (page cache hit)
         return res
     return await await_op(eng, res)

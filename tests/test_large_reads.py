@@ -220,3 +220,45 @@ async def test_cancelled_large_readinto_keeps_the_position_and_frees_the_buffer(
                 await asyncio.sleep(0.01)
         assert len(buf) == 2 * BIG + 1
     assert cancelled, "no readinto was cancelled while it waited"
+
+
+async def test_a_kept_cancellation_does_not_keep_the_buffer(backend: str, ring_only: None,
+                                                            tmp_path: Path) -> None:
+    """A cancelled large readinto's exception, kept (stored, logged later), keeps the frames
+    of its traceback: none of them may hold the caller's buffer once the kernel is done."""
+    path, _ = make(tmp_path, 4 * BIG)
+    kept: list[BaseException] = []
+    for _ in range(5):
+        evict(path)
+        buf = bytearray(2 * BIG)
+        async with aionative.open(path, "rb") as f:
+            task = asyncio.ensure_future(f.readinto(buf))
+            for _ in range(2):  # the flush hands the read to the kernel on the second turn
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError as exc:
+                kept.append(exc)
+        for _ in range(100):
+            try:
+                buf.append(0)
+                break
+            except BufferError:
+                await asyncio.sleep(0.01)
+        assert len(buf) == 2 * BIG + 1, "the buffer is still exported"
+    assert kept, "no readinto was cancelled while it waited"
+
+
+@pytest.mark.parametrize("kind", ["bytes", "memoryview"])
+async def test_large_readinto_of_a_read_only_buffer(backend: str, tmp_path: Path,
+                                                    kind: str) -> None:
+    path, _ = make(tmp_path, 2 * BIG)
+    buf: Any = bytes(BIG) if kind == "bytes" else memoryview(bytes(BIG))
+    with open(path, "rb") as ref, pytest.raises(TypeError) as want:  # noqa: ASYNC230
+        ref.readinto(buf)
+    async with aionative.open(path, "rb") as f:
+        with pytest.raises(TypeError) as got:
+            await f.readinto(buf)
+        assert str(got.value) == str(want.value)
+        assert await f.tell() == 0
