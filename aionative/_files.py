@@ -79,9 +79,10 @@ S = TypeVar("S", str, bytes)
 
 _READAHEAD_MIN = 32 * 1024
 _READAHEAD_MAX = 1024 * 1024
-#: From this size on, ``read(n)`` of a read-only regular file whose buffers hold nothing at the
-#: position is one ``aionative.pread`` (see _BinaryBase._read_direct): the kernel copies into
-#: the result, where the window would copy the data twice more (into the window, then out).
+#: From this size on, ``read(n)`` / ``readinto(b)`` of a read-only regular file whose buffers
+#: hold nothing at the position is one ``aionative.pread`` / ``preadinto`` (see
+#: _BinaryBase._read_direct): the kernel copies into the result, where the window would copy
+#: the data twice more (into the window, then out).
 _DIRECT_READ_MIN = 256 * 1024
 
 
