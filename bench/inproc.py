@@ -29,10 +29,13 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         against ``os.pread``, and ``aionative.preadinto``s into one buffer against
         ``os.preadv``, alternating, five passes each: median µs a read, each pair's ratio, and
         how the last pass's reads went (queued, inline, retried after a turn).
-    python -m bench.inproc w3-file
-        W3 through file objects: 1 MiB ``read``s, then ``readinto``s into one buffer, over the
-        first 256 MiB of W1's (cached) file, by ``aionative.open`` and the builtin ``open``,
-        alternating, five passes each: median µs a chunk and the ratios.
+    python -m bench.inproc w3-file [--n 1024] [--direct-min BYTES] [--cold]
+        W3 through file objects: ``read``s of N KiB, then ``readinto``s into one buffer, over
+        the first 64 MiB of W1's (cached) file, by ``aionative.open`` and the builtin
+        ``open``, alternating, five passes each: median µs a chunk and the ratios.
+        ``--direct-min`` sets the size from which a file's read skips its window
+        (``_files._DIRECT_READ_MIN``; a huge value: never); ``--cold`` drops the file's
+        pages before each pass.
     python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
         W2's O_DIRECT random 4 KiB ``aionative.preadinto``s of W1's file by N tasks: reads/s,
         CPU µs a read, and the engine's submission batches, system calls and eventfd wake-ups
@@ -386,36 +389,40 @@ async def cold_whole(chunks: list[int]) -> None:
         f"{k} {sorted(v)[1]:.2f} GB/s" for k, v in runs.items()))
 
 
-async def w3_file() -> None:
-    """W3 through file objects: 256 sequential 1 MiB ``read``s, then ``readinto``s into one
-    buffer, of the first 256 MiB of W1's (cached) file, by ``aionative.open`` and the builtin
-    ``open``, alternating, five passes each: median µs a chunk and the ratios."""
-    fd = _w1_hot_fd(256 << 20)
-    os.close(fd)
+async def w3_file(chunks_kib: list[int], cold: bool) -> None:
+    """W3 through file objects: sequential ``read``s of each chunk size, then ``readinto``s
+    into one buffer, over the first 64 MiB of W1's (cached) file, by ``aionative.open`` and
+    the builtin ``open``, alternating, five passes each: median µs a chunk and the ratios.
+    ``cold``: the file's pages dropped before each pass."""
+    fd = _w1_hot_fd(64 << 20)
     path = min(DATA_DIR.glob("w1-hot-*.bin"))
-    chunk, count = 1 << 20, 256
-    buf = bytearray(chunk)
-    times: dict[str, list[float]] = {k: [] for k in ("open read", "aionative.open read",
-                                                     "open readinto",
-                                                     "aionative.open readinto")}
-    for _ in range(5):
-        for name, runs in times.items():
-            into = name.endswith("readinto")
-            t0 = time.perf_counter()
-            if name.startswith("aionative"):
-                async with aionative.open(path, "rb") as af:
-                    for _ in range(count):
-                        await (af.readinto(buf) if into else af.read(chunk))
-            else:
-                with open(path, "rb") as f:  # noqa: ASYNC230 - the reference
-                    for _ in range(count):
-                        f.readinto(buf) if into else f.read(chunk)
-            runs.append((time.perf_counter() - t0) / count * 1e6)
-    med = {k: sorted(v)[2] for k, v in times.items()}
-    for op in ("read", "readinto"):
-        a, b = med[f"open {op}"], med[f"aionative.open {op}"]
-        print(f"µs a 1 MiB {op}: open {a:.1f}, aionative.open {b:.1f} = {a / b:.3f}× the "
-              f"builtin's speed")
+    for kib in chunks_kib:
+        chunk = kib << 10
+        count = (64 << 20) // chunk
+        buf = bytearray(chunk)
+        times: dict[str, list[float]] = {k: [] for k in (
+            "open read", "aionative.open read", "open readinto", "aionative.open readinto")}
+        for _ in range(5):
+            for name, runs in times.items():
+                into = name.endswith("readinto")
+                if cold:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                t0 = time.perf_counter()
+                if name.startswith("aionative"):
+                    async with aionative.open(path, "rb") as af:
+                        for _ in range(count):
+                            await (af.readinto(buf) if into else af.read(chunk))
+                else:
+                    with open(path, "rb") as f:  # noqa: ASYNC230 - the reference
+                        for _ in range(count):
+                            f.readinto(buf) if into else f.read(chunk)
+                runs.append((time.perf_counter() - t0) / count * 1e6)
+        med = {k: sorted(v)[2] for k, v in times.items()}
+        for op in ("read", "readinto"):
+            a, b = med[f"open {op}"], med[f"aionative.open {op}"]
+            print(f"µs a {kib} KiB {op}: open {a:.1f}, aionative.open {b:.1f} = "
+                  f"{a / b:.3f}× the builtin's speed")
+    os.close(fd)
 
 
 async def _run_tasks(work: Callable[[int, list[bool]], Awaitable[None]], n: int,
@@ -617,6 +624,10 @@ def main() -> None:
     ap.add_argument("--budget-us", type=float, default=None)
     ap.add_argument("--tmpfs", action="store_true", help="w5-write: a file under /dev/shm")
     ap.add_argument("--no-gc", action="store_true", help="run with the cyclic collector off")
+    ap.add_argument("--cold", action="store_true", help="w3-file: drop the file's pages first")
+    ap.add_argument("--direct-min", type=int, default=None,
+                    help="w3-file: the size from which a file's read(n) / readinto skips the "
+                         "window (aionative._files._DIRECT_READ_MIN)")
     ap.add_argument("--turn-min", type=int, default=None,
                     help="aionative.pread's TURN_MIN: from this size a read the spent budget "
                          "refused waits a turn instead of the queue (0: every read)")
@@ -625,6 +636,9 @@ def main() -> None:
         gc.disable()
     if args.turn_min is not None:
         _lowlevel.set_turn_min(args.turn_min)
+    if args.direct_min is not None:
+        from aionative import _files
+        _files._DIRECT_READ_MIN = args.direct_min
     if args.backend:
         aionative.set_default_backend(args.backend)
     if args.what == "gather-reads":
@@ -642,7 +656,7 @@ def main() -> None:
     elif args.what == "log-lines":
         coro = log_lines((args.n or [20000])[0])
     elif args.what == "w3-file":
-        coro = w3_file()
+        coro = w3_file(args.n or [1024], args.cold)
     elif args.what == "cold-whole":
         coro = cold_whole(args.n or [4, 16])
     elif args.what == "w5-write":
