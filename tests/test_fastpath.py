@@ -104,17 +104,31 @@ async def test_end_of_file_is_answered_inline(backend: str, wide_budget: None,
 
 
 @pytest.mark.asyncio
-async def test_a_cold_read_goes_to_the_kernel_queue(backend: str, tmp_path: Path) -> None:
-    fd, data = cold_file(tmp_path / "cold", 256 << 10)
-    try:
-        eng = aionative.get_engine()
-        before = eng.stats()
-        res = eng.read(fd, 64 << 10, 64 << 10)
-        assert isinstance(res, asyncio.Future)
-        assert await res == data[64 << 10:128 << 10]
-        assert delta(before, "inline_misses") == 1 and delta(before, "inline_hits") == 0
-    finally:
-        os.close(fd)
+async def test_a_cold_read_goes_to_the_kernel_queue(backend: str, wide_budget: None,
+                                                     tmp_path: Path) -> None:
+    """A read the page cache does not hold goes to the kernel queue. Since Linux 6.x a
+    ``RWF_NOWAIT`` read that misses starts the readahead it would have waited for, and a
+    device that answers within the call (a VM whose host holds the data) can fill the pages
+    before the kernel looks again: that read is served inline, rightly (2 in 100 here). So
+    each attempt reads a new cold file; every result must be right, and the first miss must
+    go through the queue."""
+    size = 64 << 10
+    for attempt in range(5):
+        fd, data = cold_file(tmp_path / f"cold{attempt}", 4 * size)
+        try:
+            eng = aionative.get_engine()
+            before = eng.stats()
+            res = eng.read(fd, size, size)
+            if not isinstance(res, asyncio.Future):
+                assert res == data[size:2 * size]
+                assert delta(before, "inline_hits") == 1
+                continue
+            assert await res == data[size:2 * size]
+            assert delta(before, "inline_misses") == 1 and delta(before, "inline_hits") == 0
+            return
+        finally:
+            os.close(fd)
+    pytest.fail("five cold reads were all served inline")
 
 
 @pytest.mark.asyncio
