@@ -33,7 +33,8 @@ else:
         Extension(
             "aionative._core",
             sources=["csrc/module.c", "csrc/engine.c", "csrc/inline.c", "csrc/lazy.c",
-                     "csrc/lines.c", "csrc/call.c", "csrc/uring.c", "csrc/kaio.c"],
+                     "csrc/lines.c", "csrc/call.c", "csrc/window.c", "csrc/uring.c",
+                     "csrc/kaio.c"],
             depends=["csrc/engine.h"],
             define_macros=macros,
             extra_compile_args=cflags,

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from operator import index
 from typing import Any
 
+from ._backend import _core
 from ._compat import KERNEL_RW_MAX
 
 #: What a stream's file types are: read at the descriptor's position, not at an offset.
@@ -358,6 +359,11 @@ class WindowRaw(io.RawIOBase):
             if self.eof >= 0 and self.pos >= self.eof:
                 return 0
             return self._miss(out, want)
+
+    _readinto_py = readinto
+    if _core is not None:
+        # The window hit (a regular file, all of ``b`` in the window) without a frame.
+        readinto = _core.WindowReadinto(_readinto_py)  # type: ignore[assignment]
 
     def _read_on(self, out: memoryview, n: int, want: int) -> int:
         """The window ended after ``n`` of the ``want`` bytes, in a worker thread or in

@@ -345,6 +345,9 @@ int call_module_init(PyObject *m);
 /* lines.c: LineGate and LineStep, the inline step of `async for` over a file */
 int lines_module_init(PyObject *m);
 
+/* window.c: WindowReadinto, WindowRaw.readinto's window hit */
+int window_module_init(PyObject *m);
+
 /* uring.c / kaio.c: create the backend state in `e`. 0 or -errno, with a reason written. */
 extern const backend_ops uring_ops;
 extern const backend_ops kaio_ops;

@@ -1,6 +1,6 @@
 /* aionative._core: module initialisation, probes, counters and the fault-injection switch.
  * The engine lives in engine.c (its inline fast path in inline.c); the kernel interfaces in
- * uring.c and kaio.c; the async-for step in lines.c. */
+ * uring.c and kaio.c; the async-for step in lines.c; the file layer's raw read from its window in window.c. */
 #include "engine.h"
 
 #include <errno.h>
@@ -271,7 +271,7 @@ PyMODINIT_FUNC PyInit__core(void)
     if (!m)
         return NULL;
     if (running_loop_init() < 0 || engine_module_init(m) < 0 || lines_module_init(m) < 0 ||
-        call_module_init(m) < 0 ||
+        call_module_init(m) < 0 || window_module_init(m) < 0 ||
         PyModule_AddIntConstant(m, "KERNEL_RW_MAX", KERNEL_RW_MAX) < 0 ||
 #ifdef AIONATIVE_DEBUG
         PyModule_AddIntConstant(m, "DEBUG", 1) < 0

@@ -1,0 +1,183 @@
+/* WindowRaw.readinto's common case in C: the file layer's raw read, served from its window.
+ *
+ * CPython's BufferedReader, under every binary read of an aionative.open file, calls its raw
+ * layer's readinto with a memoryview of its buffer (or of the result). In Python that call
+ * costs a frame, two memoryviews and two slices: as much as the rest of a 4 KiB read. The
+ * class's readinto is instead a WindowReadinto: a method descriptor that, when the raw file
+ * is a regular file open for reading and its window holds all the bytes asked for at the
+ * position, copies them and moves the position. Anything else — a stream, a closed file, a
+ * read the window does not cover, a buffer that is not a writable contiguous one — calls the
+ * Python readinto, which raises the errors and takes the misses as before.
+ */
+#include "engine.h"  /* Python.h first */
+
+#include <stddef.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *slow;  /* the Python readinto(raw, b) */
+    vectorcallfunc vectorcall;
+} wread_t;
+
+static PyObject *s_kind, *s_closed, *s_readable, *s_pos, *s_wstart, *s_buf;
+
+/* The attribute as a C integer; -1 (no error set) if it is not an int that fits. */
+static Py_ssize_t int_attr(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (!v)
+        return -2;
+    Py_ssize_t r = PyLong_CheckExact(v) ? PyLong_AsSsize_t(v) : -1;
+    Py_DECREF(v);
+    if (r == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    return r < -1 ? -1 : r;
+}
+
+/* The copy, or 0 when the Python path must take the call (-1: an error is set). */
+static Py_ssize_t window_copy(PyObject *raw, PyObject *b)
+{
+    Py_ssize_t kind = int_attr(raw, s_kind);
+    if (kind != 0)  /* REGULAR */
+        return kind == -2 ? -1 : 0;
+    PyObject *flag = PyObject_GetAttr(raw, s_closed);
+    if (!flag)
+        return -1;
+    int closed = flag != Py_False;
+    Py_DECREF(flag);
+    if (closed)
+        return 0;
+    if (!(flag = PyObject_GetAttr(raw, s_readable)))
+        return -1;
+    int readable = flag == Py_True;
+    Py_DECREF(flag);
+    if (!readable)
+        return 0;
+    Py_ssize_t pos = int_attr(raw, s_pos), wstart = int_attr(raw, s_wstart);
+    if (pos == -2 || wstart == -2)
+        return -1;
+    if (pos < 0 || wstart < 0 || pos < wstart)
+        return 0;
+    PyObject *buf = PyObject_GetAttr(raw, s_buf);
+    if (!buf)
+        return -1;
+    const char *src;
+    Py_ssize_t have;
+    if (PyBytes_CheckExact(buf)) {
+        src = PyBytes_AS_STRING(buf);
+        have = PyBytes_GET_SIZE(buf);
+    } else if (PyByteArray_CheckExact(buf)) {
+        src = PyByteArray_AS_STRING(buf);
+        have = PyByteArray_GET_SIZE(buf);
+    } else {
+        Py_DECREF(buf);
+        return 0;
+    }
+    Py_ssize_t i = pos - wstart, got = 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(b, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();  /* the Python path raises what FileIO would */
+    } else {
+        if (view.len > 0 && view.len <= have - i) {
+            /* (a bytearray window cannot change size while exported: none is) */
+            memcpy(view.buf, src + i, (size_t)view.len);
+            got = view.len;
+        }
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(buf);
+    if (!got)
+        return 0;
+    PyObject *npos = PyLong_FromSsize_t(pos + got);
+    if (!npos || PyObject_SetAttr(raw, s_pos, npos) < 0) {
+        Py_XDECREF(npos);
+        return -1;
+    }
+    Py_DECREF(npos);
+    return got;
+}
+
+static PyObject *wread_vectorcall(wread_t *w, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n == 2 && !kwnames) {
+        Py_ssize_t got = window_copy(args[0], args[1]);
+        if (got < 0)
+            return NULL;
+        if (got > 0)
+            return PyLong_FromSsize_t(got);
+    }
+    return PyObject_Vectorcall(w->slow, args, nargsf, kwnames);
+}
+
+static PyObject *wread_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *slow;
+    if (!PyArg_ParseTuple(args, "O:WindowReadinto", &slow))
+        return NULL;
+    wread_t *w = (wread_t *)type->tp_alloc(type, 0);
+    if (w) {
+        w->slow = Py_NewRef(slow);
+        w->vectorcall = (vectorcallfunc)wread_vectorcall;
+    }
+    return (PyObject *)w;
+}
+
+/* As a class attribute: raw.readinto is a bound method (method calls skip this: the type is a
+ * method descriptor, called with the raw file as its first argument). */
+static PyObject *wread_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (!obj || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static int wread_traverse(wread_t *w, visitproc visit, void *arg)
+{
+    Py_VISIT(w->slow);
+    return 0;
+}
+
+static int wread_clear(wread_t *w)
+{
+    Py_CLEAR(w->slow);
+    return 0;
+}
+
+static void wread_dealloc(wread_t *w)
+{
+    PyObject_GC_UnTrack(w);
+    wread_clear(w);
+    Py_TYPE(w)->tp_free(w);
+}
+
+static PyTypeObject WreadType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aionative._core.WindowReadinto",
+    .tp_doc = "WindowReadinto(slow): WindowRaw.readinto; copies from the window when it holds "
+              "everything asked for at the position of a regular file, else slow(raw, b)",
+    .tp_basicsize = sizeof(wread_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(wread_t, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = wread_new,
+    .tp_descr_get = wread_get,
+    .tp_traverse = (traverseproc)wread_traverse,
+    .tp_clear = (inquiry)wread_clear,
+    .tp_dealloc = (destructor)wread_dealloc,
+};
+
+int window_module_init(PyObject *m)
+{
+    if (!(s_kind = PyUnicode_InternFromString("kind")) ||
+        !(s_closed = PyUnicode_InternFromString("closed")) ||
+        !(s_readable = PyUnicode_InternFromString("_readable")) ||
+        !(s_pos = PyUnicode_InternFromString("pos")) ||
+        !(s_wstart = PyUnicode_InternFromString("wstart")) ||
+        !(s_buf = PyUnicode_InternFromString("buf")) || PyType_Ready(&WreadType) < 0)
+        return -1;
+    return PyModule_AddObjectRef(m, "WindowReadinto", (PyObject *)&WreadType);
+}
