@@ -97,13 +97,15 @@ def _count(buf: bytes | bytearray, term: bytes, start: int, stop: int) -> int:
 
 
 class _PyLineGate:
-    """``_core.LineGate`` without the extension: a file's ``async for`` budget."""
+    """``_core.LineGate`` without the extension: a file's ``async for`` and ``read(n)``
+    budgets."""
 
-    __slots__ = ("budget", "readline")
+    __slots__ = ("budget", "read", "readline", "room")
 
-    def __init__(self, readline: Any) -> None:
-        self.budget = 0
+    def __init__(self, readline: Any, read: Any = None) -> None:
+        self.budget = self.room = 0
         self.readline = readline
+        self.read = read
 
 
 _LineGate: Any = _core.LineGate if _core is not None else _PyLineGate
@@ -214,6 +216,10 @@ class AsyncBase(Generic[S]):
     _fd_shared = False
     _synced_pos = -1
     _lazy: LazyReader | None = None  # an ``rb`` file whose stack is not built yet
+    # How many more lines ``async for`` may read, and bytes ``read(n)`` may take, without
+    # checking the window (see __anext__, _read_room); any other call sets both to 0. The
+    # shared _NO_GATE (never raised) until the file needs its own (_line_gate).
+    _gate: Any = _NO_GATE
 
     def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None = None,
                  executor: Executor | None = None, *, raw: WindowRaw | None = None,
@@ -227,9 +233,6 @@ class AsyncBase(Generic[S]):
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._unfinished: list[asyncio.Future[Any]] = []
         self._unfinished_staged: list[tuple[int, bytes | None]] = []
-        # How many more lines ``async for`` may read without checking the window (see
-        # __anext__); any other call sets its budget to 0.
-        self._gate: Any = _NO_GATE
 
     # --- the machinery --------------------------------------------------------------------
 
@@ -248,7 +251,8 @@ class AsyncBase(Generic[S]):
         if self._busy or self._unfinished:  # (_lock finishes what a cancelled call left;
             return False                     # _unfinished_staged is set only beside it)
         self._busy = True
-        self._gate.budget = 0
+        gate = self._gate
+        gate.budget = gate.room = 0
         assert self._raw is not None
         self._raw.begin()
         if self._fd_shared:
@@ -313,7 +317,8 @@ class AsyncBase(Generic[S]):
                     self._wake()  # we were handed the turn: pass it on
                 raise
         self._busy = True
-        self._gate.budget = 0
+        gate = self._gate
+        gate.budget = gate.room = 0
         try:
             await self._finish_unfinished()
         except BaseException:
@@ -367,8 +372,10 @@ class AsyncBase(Generic[S]):
         return self._bufsize
 
     def _end_line_budget(self) -> None:
-        """Members that hand out the synchronous stack end ``async for``'s line budget."""
-        self._gate.budget = 0
+        """Members that hand out the synchronous stack end ``async for``'s line budget (and
+        ``read(n)``'s room)."""
+        gate = self._gate
+        gate.budget = gate.room = 0
 
     def _wake(self) -> None:
         while self._waiters:
@@ -927,15 +934,9 @@ class AsyncBase(Generic[S]):
         builtin's ``readline`` directly — no lock, fetch or check per line — until that
         budget (the file's line gate) is spent or any other call on the file ends it. With
         the extension, that step is ``_core.LineStep`` (below), which costs no coroutine."""
-        gate = self._gate
-        if gate.budget > 0:
-            # No async call drives the raw layer here: were the budget ever wrong, it would
-            # make a blocking read — still the right line, never a short one.
-            gate.budget -= 1
-            line: S = gate.readline()
-            if line:
-                return line
-            gate.budget = 0  # end of file: the full step says so
+        line = self._gated_line()
+        if line:
+            return line
         return await self._anext_slow()
 
     _anext_py = __anext__
@@ -950,9 +951,10 @@ class AsyncBase(Generic[S]):
         __anext__ = _core.LineStep(_anext_slow)  # type: ignore[assignment]
 
     def _line_gate(self) -> Any:
-        gate = self._gate
-        if gate is _NO_GATE:
-            gate = self._gate = _LineGate(self._file.readline)
+        """The file's own gate (made on first use; the shared one is never raised)."""
+        gate = self.__dict__.get("_gate")
+        if gate is None:
+            gate = self._gate = _LineGate(self._file.readline, self._file.read)
         return gate
 
     def _batch_term(self) -> bytes | None:
@@ -960,11 +962,38 @@ class AsyncBase(Generic[S]):
         return None
 
     async def _next_line(self) -> S:
-        raw = self._raw
-        term = self._batch_term() if raw is not None else None
-        if (raw is None or term is None or raw.kind == STREAM or self._dirty or raw.closed
-                or not raw.reads_fd):
+        if not self._lines_countable():
             return await self.readline()
+        return await self._counted_line()
+
+    def _lines_countable(self) -> bool:
+        """Whether the window's line ends can be counted ahead (``_counted_line``)."""
+        raw = self._raw
+        return not (raw is None or raw.kind == STREAM or self._dirty or raw.closed
+                    or not raw.reads_fd or self._batch_term() is None)
+
+    def _gated_line(self) -> S | None:
+        """``readline()``'s line when the gate's budget allows (else None): the step of
+        ``async for`` without the extension, and of ``readline()`` calls."""
+        gate = self._gate
+        if gate.budget > 0:
+            # No async call drives the raw layer here: were the budget ever wrong, it would
+            # make a blocking read — still the right line, never a short one.
+            gate.budget -= 1
+            gate.room = 0
+            line: S = gate.readline()
+            if line:
+                return line
+            gate.budget = 0  # end of file: the full step says so
+        return None
+
+    async def _counted_line(self) -> S:
+        """The next line, the lock taken, and the gate's budget raised to the further lines
+        whose ends the window holds."""
+        raw = self._raw
+        assert raw is not None
+        term = self._batch_term()
+        assert term is not None
         if not self._try_lock():
             await self._lock()
         grant = 0
@@ -1090,7 +1119,8 @@ class _BinaryBase(AsyncBase[bytes]):
                          prefetch: int) -> bytes:
         raw = self._raw
         assert raw is not None
-        if raw.kind != STREAM:
+        # (_fetch and _push are skipped when they have nothing to do: a coroutine each.)
+        if raw.kind != STREAM and not raw.at_eof_after(prefetch + self._dirty):
             await self._fetch(prefetch)
         res = self._run(fn, n) or b""
         while raw.missed and (n < 0 or len(res) < n):
@@ -1100,10 +1130,22 @@ class _BinaryBase(AsyncBase[bytes]):
             more = self._run(fn, n - len(res) if n >= 0 else -1)
             if more:
                 res += more
-        await self._push()
+        if raw.staged:
+            await self._push()
         return res
 
     async def read(self, size: int | None = -1, /) -> bytes:
+        gate = self._gate
+        if type(size) is int and 0 < size <= gate.room:
+            # The window holds these bytes and a buffer more (see _read_room): the
+            # synchronous file reads them without the lock, a fetch or a check.
+            gate.room -= size
+            gate.budget = 0
+            try:
+                return gate.read(size)  # type: ignore[no-any-return]
+            except BaseException:
+                gate.room = 0
+                raise
         lazy = self._lazy
         if lazy is not None:
             if (size is None or type(size) is int and size == -1) and not self._busy:
@@ -1118,6 +1160,7 @@ class _BinaryBase(AsyncBase[bytes]):
             return bytes(await self._in_executor(self._file.read, size))
         if not self._try_lock():
             await self._lock()
+        room = 0
         try:
             n = _size_arg(size)
             if n is None or self._raw.closed or not self._raw.reads_fd:
@@ -1138,14 +1181,39 @@ class _BinaryBase(AsyncBase[bytes]):
                 rest = await self._read_loop(self._file.read, n - len(head),
                                              n - len(head) + self._bufsize)
                 return head + rest if rest else head
-            return await self._read_loop(self._file.read, n, n + self._bufsize)
+            res = await self._read_loop(self._file.read, n, n + self._bufsize)
+            room = self._read_room()
+            return res
         except Exception:
             await self._push_after_error()
             raise
         finally:
             self._unlock()
+            if room > 0:
+                self._line_gate().room = room
+
+    def _read_room(self) -> int:
+        """How many bytes later ``read(n)`` calls may take without the lock, a fetch or a
+        check (``gate.room``; any other call ends it, as it ends ``async for``'s line
+        budget): on a read-only regular file under a buffered layer, the bytes the window
+        holds past the position less one buffer — a ``BufferedReader`` takes at most a
+        buffer more from its raw file than it hands out, so those reads never reach the
+        window's end, where the end of the file would have to be looked for again."""
+        raw = self._raw
+        assert raw is not None
+        if (self._fd_shared or raw.writes_fd or raw.kind == STREAM or self._file is raw
+                or raw.closed):
+            return 0
+        return raw.available() - self._bufsize
 
     async def readline(self, size: int | None = -1, /) -> bytes:
+        if size is None or type(size) is int and size == -1:
+            # A whole line: as ``async for`` reads them, while the window holds line ends.
+            line = self._gated_line()
+            if line:
+                return line
+            if self._lines_countable():
+                return await self._counted_line()
         if self._raw is None:
             return bytes(await self._in_executor(self._file.readline, size))
         if not self._try_lock():
@@ -1592,6 +1660,13 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             self._unlock()
 
     async def readline(self, size: int | None = -1, /) -> str:
+        if type(size) is int and size == -1:  # (TextIOWrapper.readline refuses None)
+            # A whole line: as ``async for`` reads them, while the window holds line ends.
+            line = self._gated_line()
+            if line:
+                return line
+            if self._lines_countable():
+                return await self._counted_line()
         if self._raw is None:
             return str(await self._in_executor(self._file.readline, size))
         if not self._try_lock():

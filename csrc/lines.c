@@ -7,6 +7,14 @@
  * the synchronous file's readline and returns the gate itself as an awaitable that is already
  * done: awaiting it gives the line. Otherwise it calls the slow path (a coroutine: the lock,
  * fetches, end of file). Any other call on the file sets the budget to 0.
+ *
+ * The gate's `room` does the same for read(n) on a read-only binary file: the bytes the
+ * window holds past the position, less one buffer (a BufferedReader takes at most a buffer
+ * more from its raw file than it hands out), granted by the slow read. A read of up to
+ * `room` bytes calls the synchronous file's read without the lock or a fetch (the Python
+ * read's first lines: a read must stay a coroutine function). A line step ends the room and
+ * a read the line budget: each moves the position by an amount the other's count does not
+ * know.
  */
 #include "engine.h"  /* Python.h first */
 
@@ -15,7 +23,9 @@
 typedef struct {
     PyObject_HEAD
     Py_ssize_t budget;  /* readline() calls the window is known to satisfy */
+    Py_ssize_t room;    /* bytes read(n) calls may take without the window running out */
     PyObject *readline; /* the synchronous file's bound readline */
+    PyObject *read;     /* … and its bound read (None if not given) */
     PyObject *value;    /* the line of the step not awaited yet, or NULL */
 } gate_t;
 
@@ -31,18 +41,21 @@ static PyObject *gate_attr;  /* "_gate" */
 
 static PyObject *gate_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    PyObject *readline;
-    if (!PyArg_ParseTuple(args, "O:LineGate", &readline))
+    PyObject *readline, *read = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:LineGate", &readline, &read))
         return NULL;
     gate_t *g = (gate_t *)type->tp_alloc(type, 0);
-    if (g)
+    if (g) {
         g->readline = Py_NewRef(readline);
+        g->read = Py_NewRef(read);
+    }
     return (PyObject *)g;
 }
 
 static int gate_traverse(gate_t *g, visitproc visit, void *arg)
 {
     Py_VISIT(g->readline);
+    Py_VISIT(g->read);
     Py_VISIT(g->value);
     return 0;
 }
@@ -50,6 +63,7 @@ static int gate_traverse(gate_t *g, visitproc visit, void *arg)
 static int gate_clear(gate_t *g)
 {
     Py_CLEAR(g->readline);
+    Py_CLEAR(g->read);
     Py_CLEAR(g->value);
     return 0;
 }
@@ -81,6 +95,11 @@ static PyObject *gate_next(gate_t *g)
 static PyMemberDef gate_members[] = {
     {"budget", T_PYSSIZET, offsetof(gate_t, budget), 0,
      "readline() calls the window is known to satisfy (0: take the slow path)"},
+    {"room", T_PYSSIZET, offsetof(gate_t, room), 0,
+     "bytes read(n) calls may take from the window (0: take the slow path)"},
+    {"readline", T_OBJECT, offsetof(gate_t, readline), READONLY,
+     "the synchronous file's readline"},
+    {"read", T_OBJECT, offsetof(gate_t, read), READONLY, "the synchronous file's read"},
     {NULL},
 };
 
@@ -92,8 +111,8 @@ static PyAsyncMethods gate_async = {
 static PyTypeObject GateType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "aionative._core.LineGate",
-    .tp_doc = "LineGate(readline): a file's async-for budget, and the awaitable of a step "
-              "done inline",
+    .tp_doc = "LineGate(readline, read=None): a file's async-for and read budgets, and the "
+              "awaitable of a line step done inline",
     .tp_basicsize = sizeof(gate_t),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = gate_new,
@@ -116,6 +135,7 @@ static PyObject *step_call_file(step_t *s, PyObject *file)
         gate_t *g = (gate_t *)obj;
         if (g->budget > 0 && !g->value) {
             g->budget--;
+            g->room = 0;
             PyObject *line = PyObject_CallNoArgs(g->readline);
             if (!line) {
                 g->budget = 0;

@@ -29,7 +29,7 @@ def step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
     if request.param == "python":
         monkeypatch.setattr(_files.AsyncBase, "__anext__", _files.AsyncBase._anext_py)
         monkeypatch.setattr(_files, "_LineGate", _files._PyLineGate)
-        monkeypatch.setattr(_files, "_NO_GATE", _files._PyLineGate(None))
+        monkeypatch.setattr(_files.AsyncBase, "_gate", _files._PyLineGate(None))
     elif _backend._core is None:
         pytest.skip("the extension is not built")
     yield request.param

@@ -1,0 +1,180 @@
+"""Reads without the lock: ``read(n)`` within the gate's room (``_BinaryBase._read_room``)
+and ``readline()`` within its line budget (``AsyncBase._gated_line``). Each must return what
+the builtin's call returns, leave the file where the builtin's leaves it, never read the
+descriptor behind the window, and never outlive another call on the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aionative
+from aionative import _backend, _files, _raw
+
+pytestmark = pytest.mark.asyncio
+
+SIZES = [1, 7, 100, 1000, 4095, 4096, 4097, 5000, 16384, 30000, 65535]
+
+
+def make(tmp_path: Path, size: int, lines: bool = False) -> tuple[Path, bytes]:
+    if lines:
+        rnd = random.Random(size)
+        data = b"".join(b"x" * rnd.randrange(0, 300) + b"\n" for _ in range(size // 150))
+        data += b"no end of line"
+    else:
+        data = os.urandom(size)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    return path, data
+
+
+@pytest.fixture
+def no_blocking_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An async call never reads the descriptor behind the window: make doing so fail."""
+    def refuse(self: Any, n: int, pos: int) -> bytes:
+        raise AssertionError(f"a blocking read of {n} bytes at {pos}")
+    monkeypatch.setattr(_raw.WindowRaw, "_sync_read", refuse)
+
+
+class LockCount:
+    """How many calls took the file's lock (the gated ones do not)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        real = _files.AsyncBase._try_lock
+
+        def counted(f: Any) -> bool:
+            self.n += 1
+            return real(f)
+        monkeypatch.setattr(_files.AsyncBase, "_try_lock", counted)
+
+
+async def test_reads_within_the_room_skip_the_lock_and_agree(
+        backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        no_blocking_reads: None) -> None:
+    path = make(tmp_path, 3 << 20)[0]
+    rnd = random.Random(7)
+    sizes = [rnd.choice(SIZES) for _ in range(200)]  # ~2.4 MB: short of the end
+    locks = LockCount(monkeypatch)
+    with open(path, "rb") as ref:  # noqa: ASYNC230 - the reference
+        async with aionative.open(path, "rb") as f:
+            for n in sizes:
+                assert await f.read(n) == ref.read(n), n
+            assert await f.tell() == ref.tell()
+            assert await f.read() == ref.read()
+    # Most reads took the room: the lock only for the ones that fetched (and the rest).
+    assert locks.n < len(sizes) // 4, locks.n
+
+
+async def test_the_room_ends_with_any_other_call(backend: str, tmp_path: Path,
+                                                 no_blocking_reads: None) -> None:
+    path = make(tmp_path, 1 << 20)[0]
+    steps: list[tuple[str, tuple[Any, ...]]] = [
+        ("peek", (10,)), ("read1", (100,)), ("seek", (12345,)), ("tell", ()),
+        ("readinto", (bytearray(333),)), ("readline", ()), ("seek", (-5000, io.SEEK_CUR)),
+        ("readlines", (10,)), ("seek", (0, io.SEEK_END)),
+    ]
+    with open(path, "rb") as ref:  # noqa: ASYNC230 - the reference
+        async with aionative.open(path, "rb") as f:
+            for name, args in steps:
+                assert await f.read(1000) == ref.read(1000)
+                want = getattr(ref, name)(*args)
+                got = await getattr(f, name)(*args)
+                assert got == want, name
+                assert f._gate.room == 0, name
+                assert await f.read(700) == ref.read(700), name
+            assert await f.tell() == ref.tell()
+
+
+async def test_a_read_grants_room_and_a_line_ends_it(backend: str, tmp_path: Path) -> None:
+    path, data = make(tmp_path, 1 << 20, lines=True)
+    async with aionative.open(path, "rb") as f:
+        await f.read(10)
+        gate = f._gate
+        if _backend._core is not None:
+            assert type(gate) is _backend._core.LineGate
+        assert gate.room > 0
+        line = await f.readline()  # counts the window's line ends: a line budget
+        assert gate.room == 0 and gate.budget > 0
+        assert line == data[10:data.index(b"\n", 10) + 1]
+        await f.read(10)
+        assert gate.budget == 0 and gate.room > 0
+
+
+async def test_the_room_is_zero_while_another_call_holds_the_file(
+        backend: str, tmp_path: Path) -> None:
+    path, data = make(tmp_path, 1 << 20)
+    async with aionative.open(path, "rb") as f:
+        assert await f.read(100) == data[:100]
+        assert f._gate.room > 0
+        # A read the window does not hold: it takes the lock and waits for its fetch.
+        first = asyncio.ensure_future(f.read(300_000 - 100))
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(f.read(100))
+        if not first.done():
+            assert f._gate.room == 0
+        assert await first == data[100:300_000]
+        assert await second == data[300_000:300_100]
+
+
+async def test_reads_see_a_file_that_grew_at_its_end(backend: str, tmp_path: Path) -> None:
+    path = make(tmp_path, 200_000)[0]
+    more = os.urandom(50_000)
+    with open(path, "rb") as ref:  # noqa: ASYNC230 - the reference
+        async with aionative.open(path, "rb") as f:
+            while chunk := ref.read(1000):
+                assert await f.read(1000) == chunk
+            assert await f.read(1000) == b""
+            with open(path, "ab") as w:  # noqa: ASYNC230 - another writer
+                w.write(more)
+            for _ in range(60):
+                assert await f.read(1000) == ref.read(1000)
+
+
+@pytest.mark.parametrize("mode", ["rb", "r"])
+async def test_readline_calls_take_the_line_budget(
+        backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str,
+        no_blocking_reads: None) -> None:
+    path = make(tmp_path, 400_000, lines=True)[0]
+    locks = LockCount(monkeypatch)
+    enc = None if "b" in mode else "utf-8"
+    with open(path, mode, encoding=enc) as ref:  # noqa: ASYNC230 - the reference
+        want = ref.readlines()
+    got = []
+    async with aionative.open(path, mode, encoding=enc) as f:
+        while line := await f.readline():
+            got.append(line)
+        assert await f.readline() == ("" if enc else b"")
+    assert got == want
+    assert locks.n < len(want) // 10, (locks.n, len(want))
+
+
+async def test_readline_and_reads_interleaved(backend: str, tmp_path: Path,
+                                              no_blocking_reads: None) -> None:
+    path = make(tmp_path, 600_000, lines=True)[0]
+    rnd = random.Random(3)
+    with open(path, "rb") as ref:  # noqa: ASYNC230 - the reference
+        async with aionative.open(path, "rb") as f:
+            for _ in range(3000):
+                if rnd.random() < 0.5:
+                    assert await f.readline() == ref.readline()
+                else:
+                    n = rnd.choice(SIZES[:6])
+                    assert await f.read(n) == ref.read(n)
+            assert await f.tell() == ref.tell()
+
+
+async def test_a_long_line_past_the_window(backend: str, tmp_path: Path) -> None:
+    data = b"a\n" + os.urandom(300_000).replace(b"\n", b"-") + b"\nb\n"
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    async with aionative.open(path, "rb") as f:
+        want = [line + b"\n" for line in data.split(b"\n")[:-1]]
+        assert [await f.readline() for _ in range(5)] == want + [b"", b""]
