@@ -36,6 +36,10 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         ``--direct-min`` sets the size from which a file's read skips its window
         (``_files._DIRECT_READ_MIN``; a huge value: never); ``--cold`` drops the file's
         pages before each pass.
+    python -m bench.inproc w7-readline [--n 20000]
+        N lines of W7's (cached) text file, in ``rb`` and in ``r``: ``await f.readline()``
+        calls and ``async for`` through ``aionative.open`` against the builtin's
+        ``readline()``, alternating, five passes each: median µs a line and the ratios.
     python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
         W2's O_DIRECT random 4 KiB ``aionative.preadinto``s of W1's file by N tasks: reads/s,
         CPU µs a read, and the engine's submission batches, system calls and eventfd wake-ups
@@ -425,6 +429,40 @@ async def w3_file(chunks_kib: list[int], cold: bool) -> None:
     os.close(fd)
 
 
+async def w7_readline(count: int) -> None:
+    paths = sorted(DATA_DIR.glob("w7-lines-*.txt"))
+    if not paths:
+        raise SystemExit("no W7 file: run `python -m bench --workloads W7` first")
+    path = paths[0]
+    for mode in ("rb", "r"):
+        enc = None if "b" in mode else "utf-8"
+        times: dict[str, list[float]] = {k: [] for k in ("open", "readline", "async for")}
+        for _ in range(5):
+            for name, runs in times.items():
+                t0 = time.perf_counter()
+                if name == "open":
+                    with open(path, mode, encoding=enc) as f:  # noqa: ASYNC230 - reference
+                        for _ in range(count):
+                            f.readline()
+                else:
+                    async with aionative.open(path, mode, encoding=enc) as af:
+                        if name == "readline":
+                            for _ in range(count):
+                                await af.readline()
+                        else:
+                            i = 0
+                            async for _line in af:
+                                i += 1
+                                if i == count:
+                                    break
+                runs.append((time.perf_counter() - t0) / count * 1e6)
+        med = {k: sorted(v)[2] for k, v in times.items()}
+        print(f"{mode}: µs a line: open {med['open']:.2f}, aionative.open readline() "
+              f"{med['readline']:.2f} = {med['open'] / med['readline']:.3f}×, async for "
+              f"{med['async for']:.2f} = {med['open'] / med['async for']:.3f}× the builtin's "
+              "speed")
+
+
 async def _run_tasks(work: Callable[[int, list[bool]], Awaitable[None]], n: int,
                      warmup: float, seconds: float, cpu: Callable[[], Any] = _cpu,
                      ) -> tuple[float, Any, Any, dict[str, int], dict[str, int]]:
@@ -616,7 +654,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
                                      "w6-turns", "w2-direct", "w3-seq", "w5-write",
-                                     "log-lines", "cold-whole", "w3-file"])
+                                     "log-lines", "cold-whole", "w3-file", "w7-readline"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -657,6 +695,8 @@ def main() -> None:
         coro = log_lines((args.n or [20000])[0])
     elif args.what == "w3-file":
         coro = w3_file(args.n or [1024], args.cold)
+    elif args.what == "w7-readline":
+        coro = w7_readline((args.n or [20000])[0])
     elif args.what == "cold-whole":
         coro = cold_whole(args.n or [4, 16])
     elif args.what == "w5-write":

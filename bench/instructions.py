@@ -1,0 +1,113 @@
+"""Instructions a file call costs, counted by callgrind: repeatable where wall time on a shared
+machine is not.
+
+    python -m bench.instructions [--cases read:1000 read:4096 readline:rb afor:rb ...]
+                                 [--calls 2000 12000]
+
+Each case runs in a fresh interpreter under ``valgrind --tool=callgrind`` twice, making N1 and
+then N2 calls after a warm-up of 200, once through ``aionative.open`` and once through the
+builtin ``open``; (instructions(N2) − instructions(N1)) / (N2 − N1) is what one call costs in
+user space. The kernel's work (the page-cache copy, the system calls) is not counted, and a
+large ``memcpy`` counts as few instructions: compare the same case across versions, not across
+sizes. ``PYTHONHASHSEED=0`` keeps start-up identical between the two runs, and a 1 s inline
+budget keeps the fast path's behaviour what it is at full speed (valgrind runs ~50× slower).
+
+Cases: ``read:N`` (sequential ``read(N)`` of W1's cached file, ``rb``), ``readline:MODE``
+(``await f.readline()`` over W7's lines file, ``rb`` or ``r``), ``afor:MODE`` (``async for``
+over it). Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the
+data in ``bench/.data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+from bench.common import DATA_DIR
+
+DEFAULT_CASES = ["read:1000", "read:4096", "read:16384", "readline:rb", "readline:r",
+                 "afor:rb", "afor:r"]
+WARMUP = 200
+
+
+def _path(case: str) -> str:
+    pattern = "w1-hot-*.bin" if case.startswith("read:") else "w7-lines-*.txt"
+    found = sorted(DATA_DIR.glob(pattern))
+    if not found:
+        raise SystemExit(f"no {pattern} in {DATA_DIR}: run `make bench` first")
+    return str(found[0])
+
+
+async def _child(case: str, impl: str, calls: int) -> None:
+    import aionative
+
+    kind, arg = case.split(":")
+    path, total = _path(case), WARMUP + calls
+    mode = "rb" if kind == "read" else arg
+    if impl == "builtin":
+        with open(path, mode) as f:  # noqa: ASYNC230 - the reference
+            if kind == "read":
+                n = int(arg)
+                for _ in range(total):
+                    f.read(n)
+            else:  # readline and iteration cost the same in the builtin
+                for _ in range(total):
+                    f.readline()
+        return
+    async with aionative.open(path, mode) as af:
+        if kind == "read":
+            n = int(arg)
+            for _ in range(total):
+                await af.read(n)
+        elif kind == "readline":
+            for _ in range(total):
+                await af.readline()
+        else:
+            i = 0
+            async for _line in af:
+                i += 1
+                if i == total:
+                    break
+
+
+def _instructions(case: str, impl: str, calls: int) -> int:
+    env = dict(os.environ, PYTHONHASHSEED="0", AIONATIVE_INLINE_BUDGET_US="1000000")
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+           "-m", "bench.instructions", "--child", case, impl, str(calls)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    m = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or not m:
+        raise SystemExit(f"{case} {impl}: callgrind failed:\n{out.stderr[-2000:]}")
+    return int(m.group(1))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", nargs="+", default=DEFAULT_CASES)
+    ap.add_argument("--calls", type=int, nargs=2, default=[2000, 12000])
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args: Any = ap.parse_args(argv)
+    if args.child:
+        case, impl, calls = args.child
+        asyncio.run(_child(case, impl, int(calls)))
+        return
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind is not installed")
+    n1, n2 = args.calls
+    print(f"instructions a call ({n1} and {n2} calls after {WARMUP}, callgrind):")
+    for case in args.cases:
+        per = {impl: (_instructions(case, impl, n2) - _instructions(case, impl, n1)) / (n2 - n1)
+               for impl in ("aionative", "builtin")}
+        print(f"  {case:12} aionative.open {per['aionative']:8.0f}   builtin open "
+              f"{per['builtin']:6.0f}   ratio {per['aionative'] / per['builtin']:5.1f}×",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
