@@ -137,19 +137,6 @@ static PyObject *count_byte(PyObject *m, PyObject *const *args, Py_ssize_t nargs
     return PyLong_FromSsize_t(n);
 }
 
-#if PY_VERSION_HEX < 0x030C0000
-/* CPython 3.11's asyncio keeps the running loop in the thread state's dict, in a holder that
- * also records the pid that set it, and asyncio.get_running_loop() compares that pid with
- * getpid(2) on every call: a system call, a quarter of a microsecond here, paid by every
- * operation (3.12 dropped the check). running_loop() gives the same answer with the pid read
- * once per process (again in a forked child), or None whenever it cannot tell, and the
- * caller then asks asyncio. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *rl_loop;
-    pid_t rl_pid;
-} loop_holder_t;
-
 /* ---------------------------------------------------------------- done awaitables */
 
 /* The await of an awaitable that is done at once (LineGate's step, lazy.c's Ready): its value
@@ -178,6 +165,19 @@ PyObject *done_next(PyObject **slot)
     }
     return NULL;
 }
+
+#if PY_VERSION_HEX < 0x030C0000
+/* CPython 3.11's asyncio keeps the running loop in the thread state's dict, in a holder that
+ * also records the pid that set it, and asyncio.get_running_loop() compares that pid with
+ * getpid(2) on every call: a system call, a quarter of a microsecond here, paid by every
+ * operation (3.12 dropped the check). running_loop() gives the same answer with the pid read
+ * once per process (again in a forked child), or None whenever it cannot tell, and the
+ * caller then asks asyncio. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *rl_loop;
+    pid_t rl_pid;
+} loop_holder_t;
 
 static PyObject *holder_key;
 static PyTypeObject *holder_type;
