@@ -35,8 +35,9 @@ static Py_ssize_t int_attr(PyObject *o, PyObject *name)
     return r < -1 ? -1 : r;
 }
 
-/* The copy, or 0 when the Python path must take the call (-1: an error is set). */
-static Py_ssize_t window_copy(PyObject *raw, PyObject *b)
+/* The raw file's state the copy needs; 0 when the Python path must take the call (-1: an
+ * error is set). */
+static int window_state(PyObject *raw, Py_ssize_t *pos, Py_ssize_t *wstart)
 {
     Py_ssize_t kind = int_attr(raw, s_kind);
     if (kind != 0)  /* REGULAR */
@@ -54,39 +55,47 @@ static Py_ssize_t window_copy(PyObject *raw, PyObject *b)
     Py_DECREF(flag);
     if (!readable)
         return 0;
-    Py_ssize_t pos = int_attr(raw, s_pos), wstart = int_attr(raw, s_wstart);
-    if (pos == -2 || wstart == -2)
+    *pos = int_attr(raw, s_pos);
+    *wstart = int_attr(raw, s_wstart);
+    if (*pos == -2 || *wstart == -2)
         return -1;
-    if (pos < 0 || wstart < 0 || pos < wstart)
-        return 0;
-    PyObject *buf = PyObject_GetAttr(raw, s_buf);
-    if (!buf)
-        return -1;
-    const char *src;
-    Py_ssize_t have;
-    if (PyBytes_CheckExact(buf)) {
-        src = PyBytes_AS_STRING(buf);
-        have = PyBytes_GET_SIZE(buf);
-    } else if (PyByteArray_CheckExact(buf)) {
-        src = PyByteArray_AS_STRING(buf);
-        have = PyByteArray_GET_SIZE(buf);
-    } else {
-        Py_DECREF(buf);
-        return 0;
-    }
-    Py_ssize_t i = pos - wstart, got = 0;
+    return *pos >= 0 && *wstart >= 0 && *pos >= *wstart;
+}
+
+/* The copy, or 0 when the Python path must take the call (-1: an error is set). The caller's
+ * buffer is taken first: exporting it may run Python code (a __buffer__ method), which could
+ * change the window; nothing runs between reading the window and copying from it. */
+static Py_ssize_t window_copy(PyObject *raw, PyObject *b)
+{
     Py_buffer view;
     if (PyObject_GetBuffer(b, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();  /* the Python path raises what FileIO would */
-    } else {
-        if (view.len > 0 && view.len <= have - i) {
-            /* (a bytearray window cannot change size while exported: none is) */
-            memcpy(view.buf, src + i, (size_t)view.len);
+        return 0;
+    }
+    Py_ssize_t pos = 0, wstart = 0, got = 0;
+    int ok = view.len > 0 ? window_state(raw, &pos, &wstart) : 0;
+    PyObject *buf = ok > 0 ? PyObject_GetAttr(raw, s_buf) : NULL;
+    if (ok > 0 && !buf)
+        ok = -1;
+    if (buf) {
+        const char *src = NULL;
+        Py_ssize_t have = 0;
+        if (PyBytes_CheckExact(buf)) {
+            src = PyBytes_AS_STRING(buf);
+            have = PyBytes_GET_SIZE(buf);
+        } else if (PyByteArray_CheckExact(buf)) {
+            src = PyByteArray_AS_STRING(buf);
+            have = PyByteArray_GET_SIZE(buf);
+        }
+        if (src && view.len <= have - (pos - wstart)) {
+            memcpy(view.buf, src + (pos - wstart), (size_t)view.len);
             got = view.len;
         }
-        PyBuffer_Release(&view);
+        Py_DECREF(buf);
     }
-    Py_DECREF(buf);
+    PyBuffer_Release(&view);
+    if (ok < 0)
+        return -1;
     if (!got)
         return 0;
     PyObject *npos = PyLong_FromSsize_t(pos + got);
