@@ -981,21 +981,42 @@ class AsyncBase(Generic[S]):
             # make a blocking read — still the right line, never a short one.
             gate.budget -= 1
             gate.room = 0
-            line: S = gate.readline()
+            try:
+                line: S = gate.readline()
+            except BaseException:
+                gate.budget = 0  # (as LineStep: the budget no longer describes the file)
+                raise
             if line:
                 return line
             gate.budget = 0  # end of file: the full step says so
         return None
 
+    def _lines_ahead(self) -> int:
+        """After a whole line read under the lock: the line ends the window holds from the
+        raw position on, with the margin after them (see _margin) — that many more
+        ``readline()`` calls stay within the window (the gate's budget). Counted without
+        fetching, so a ``readline()`` loop reads no further ahead than it did; 0 where lines
+        cannot be counted (or a caller's descriptor must be followed)."""
+        if self._fd_shared or not self._lines_countable():
+            return 0
+        raw = self._raw
+        term = self._batch_term()
+        assert raw is not None and term is not None
+        buf, i, at_eof = raw.window_view()
+        end = len(buf) if at_eof else len(buf) - self._margin()
+        return _count(buf, term, i, min(i + 65536, end))
+
     async def _counted_line(self) -> S:
         """The next line, the lock taken, and the gate's budget raised to the further lines
         whose ends the window holds."""
-        raw = self._raw
-        assert raw is not None
-        term = self._batch_term()
-        assert term is not None
         if not self._try_lock():
             await self._lock()
+            if not self._lines_countable():  # closed, written or detached meanwhile
+                self._unlock()
+                return await self.readline()
+        raw = self._raw
+        term = self._batch_term()
+        assert raw is not None and term is not None
         grant = 0
         try:
             while True:
@@ -1007,8 +1028,10 @@ class AsyncBase(Generic[S]):
                     break
                 await self._fetch(len(buf) - i + self._readahead)
             # Each of those line ends closes a line at or after the current one: that many
-            # readline() calls (all of them, at end-of-file) stay within the window.
-            budget = count + 1 if at_eof else count
+            # readline() calls stay within the window. (Not a last line without an end at
+            # the end of the file: the file may grow before it is read, which only a call
+            # that looks for the end again sees.)
+            budget = count
             line: S = self._run(self._file.readline)
             if raw.missed:
                 raw.missed = 0
@@ -1208,16 +1231,16 @@ class _BinaryBase(AsyncBase[bytes]):
 
     async def readline(self, size: int | None = -1, /) -> bytes:
         if size is None or type(size) is int and size == -1:
-            # A whole line: as ``async for`` reads them, while the window holds line ends.
+            # A whole line, while the gate's budget says the window holds its end (as
+            # ``async for`` reads them; a whole line read below raises the budget).
             line = self._gated_line()
             if line:
                 return line
-            if self._lines_countable():
-                return await self._counted_line()
         if self._raw is None:
             return bytes(await self._in_executor(self._file.readline, size))
         if not self._try_lock():
             await self._lock()
+        grant = 0
         try:
             n = _size_arg(size)
             raw = self._raw
@@ -1237,12 +1260,16 @@ class _BinaryBase(AsyncBase[bytes]):
                 await self._fetch(want)
                 res += self._run(self._file.readline, n - len(res) if n >= 0 else -1) or b""
             await self._push()
+            if n < 0 and res:
+                grant = self._lines_ahead()
             return res
         except Exception:
             await self._push_after_error()
             raise
         finally:
             self._unlock()
+            if grant > 0:
+                self._line_gate().budget = grant
 
     async def readlines(self, hint: int | None = -1, /) -> list[bytes]:
         if self._raw is None:
@@ -1661,37 +1688,45 @@ class AsyncTextIOWrapper(AsyncBase[str]):
 
     async def readline(self, size: int | None = -1, /) -> str:
         if type(size) is int and size == -1:  # (TextIOWrapper.readline refuses None)
-            # A whole line: as ``async for`` reads them, while the window holds line ends.
+            # A whole line, while the gate's budget says the window holds its end (as
+            # ``async for`` reads them; a whole line read below raises the budget).
             line = self._gated_line()
             if line:
                 return line
-            if self._lines_countable():
-                return await self._counted_line()
         if self._raw is None:
             return str(await self._in_executor(self._file.readline, size))
         if not self._try_lock():
             await self._lock()
+        grant = 0
         try:
             raw = self._raw
             rules = self._rules
             assert rules is not None
+            whole = type(size) is int and size < 0
             # The common case first: a line end already in the window, nothing to await.
             if not self._dirty and raw.kind != STREAM and rules.patterns and not raw.closed:
                 buf, i, at_eof = raw.window_view()
                 if rules.line_ready(buf, i, None if at_eof else len(buf) - self._chunk):
-                    res = self._run(self._file.readline, size)
+                    res = str(self._run(self._file.readline, size))
                     self._check_text_miss()
-                    return str(res)
+                    if whole and res:
+                        grant = self._lines_ahead()
+                    return res
             n = _size_arg(size)
             if n is None:
                 return str(self._run(self._file.readline, size))
-            return str(await self._text_read(self._file.readline, size, lines=0,
-                                             chars=n if n >= 0 else -1))
+            res = str(await self._text_read(self._file.readline, size, lines=0,
+                                            chars=n if n >= 0 else -1))
+            if whole and res:
+                grant = self._lines_ahead()
+            return res
         except Exception:
             await self._push_after_error()
             raise
         finally:
             self._unlock()
+            if grant > 0:
+                self._line_gate().budget = grant
 
     async def readlines(self, hint: int | None = -1, /) -> list[str]:
         if self._raw is None:

@@ -178,3 +178,82 @@ async def test_a_long_line_past_the_window(backend: str, tmp_path: Path) -> None
     async with aionative.open(path, "rb") as f:
         want = [line + b"\n" for line in data.split(b"\n")[:-1]]
         assert [await f.readline() for _ in range(5)] == want + [b"", b""]
+
+
+async def test_readline_reads_no_further_ahead_for_its_budget(backend: str,
+                                                              tmp_path: Path) -> None:
+    """A long second line: readline() fetches what the line needs, as before — counting the
+    window's line ends must not make it fetch until it sees two of them."""
+    data = b"a\n" + b"x" * (8 << 20) + b"\nb\n"
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    async with aionative.open(path, "rb") as f:
+        assert await f.readline() == b"a\n"
+        raw = f._raw
+        assert raw is not None and len(raw.buf) < (1 << 20)
+
+
+@pytest.mark.parametrize("mode", ["rb", "r"])
+async def test_readline_follows_a_growing_file(backend: str, tmp_path: Path,
+                                               mode: str) -> None:
+    """A last line without its end at the end of the file is not in the budget: read after
+    the file grew, it is the whole line, as the builtin's (a log follower's loop)."""
+    path = tmp_path / "log"
+    path.write_bytes(b"a\nb\npartial")
+    enc = None if "b" in mode else "utf-8"
+    with open(path, mode, encoding=enc) as ref:  # noqa: ASYNC230 - the reference
+        async with aionative.open(path, mode, encoding=enc) as f:
+            want, got = [ref.readline()], [await f.readline()]
+            with open(path, "ab") as w:  # noqa: ASYNC230 - another writer
+                w.write(b"-rest\nlast\n")
+            for _ in range(4):
+                want.append(ref.readline())
+                got.append(await f.readline())
+    assert got == want
+
+
+@pytest.mark.parametrize("mode", ["rb", "r"])
+async def test_readline_queued_behind_close_raises_the_builtins_error(
+        backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    real = _files.AsyncBase._read_at
+
+    async def slow_read_at(self: Any, size: int, offset: int) -> bytes:
+        await asyncio.sleep(0.001)  # a read the page cache does not hold
+        return await real(self, size, offset)
+    monkeypatch.setattr(_files.AsyncBase, "_read_at", slow_read_at)
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 1_000_000)  # no line end in the first 64 KiB
+    f = await aionative.open(path, mode)
+    first = asyncio.ensure_future(f.read(5))
+    await asyncio.sleep(0)
+    closing = asyncio.ensure_future(f.close())
+    line = asyncio.ensure_future(f.readline())
+    await first
+    await closing
+    with pytest.raises(ValueError):
+        await line
+
+
+async def test_a_decoding_error_ends_the_line_budget(backend: str, tmp_path: Path,
+                                                     no_blocking_reads: None) -> None:
+    lines = [b"line %d\n" % i for i in range(20000)]
+    lines[1500] = b"bad \xff\xfe byte\n"
+    path = tmp_path / "f"
+    path.write_bytes(b"".join(lines))
+
+    def outcome(read: Any) -> Any:
+        try:
+            return read()
+        except UnicodeDecodeError:
+            return "error"
+    with open(path, encoding="utf-8") as ref:  # noqa: ASYNC230 - the reference
+        want = [outcome(ref.readline) for _ in range(len(lines) + 2)]
+    got = []
+    async with aionative.open(path, encoding="utf-8") as f:
+        for _ in range(len(lines) + 2):
+            try:
+                got.append(await f.readline())
+            except UnicodeDecodeError:
+                got.append("error")
+                assert f._gate.budget == 0
+    assert got == want and "error" in got
