@@ -271,3 +271,17 @@ def make_hot(path: Path) -> None:
             pass
     finally:
         os.close(fd)
+
+
+async def take_lines(f: Any, how: str, count: int) -> None:
+    """``count`` lines of an async file: ``await f.readline()`` calls (``how`` "readline") or
+    ``async for`` steps (anything else)."""
+    if how == "readline":
+        for _ in range(count):
+            await f.readline()
+        return
+    i = 0
+    async for _line in f:
+        i += 1
+        if i == count:
+            break

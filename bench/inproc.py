@@ -89,7 +89,7 @@ from typing import Any
 
 import aionative
 from aionative import _lowlevel
-from bench.common import DATA_DIR
+from bench.common import DATA_DIR, take_lines
 
 
 def _cpu() -> float:
@@ -446,15 +446,7 @@ async def w7_readline(count: int) -> None:
                             f.readline()
                 else:
                     async with aionative.open(path, mode, encoding=enc) as af:
-                        if name == "readline":
-                            for _ in range(count):
-                                await af.readline()
-                        else:
-                            i = 0
-                            async for _line in af:
-                                i += 1
-                                if i == count:
-                                    break
+                        await take_lines(af, name, count)
                 runs.append((time.perf_counter() - t0) / count * 1e6)
         med = {k: sorted(v)[2] for k, v in times.items()}
         print(f"{mode}: µs a line: open {med['open']:.2f}, aionative.open readline() "

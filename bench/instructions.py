@@ -29,7 +29,7 @@ import subprocess
 import sys
 from typing import Any
 
-from bench.common import DATA_DIR
+from bench.common import DATA_DIR, take_lines
 
 DEFAULT_CASES = ["read:1000", "read:4096", "read:16384", "readline:rb", "readline:r",
                  "afor:rb", "afor:r"]
@@ -65,15 +65,8 @@ async def _child(case: str, impl: str, calls: int) -> None:
             n = int(arg)
             for _ in range(total):
                 await af.read(n)
-        elif kind == "readline":
-            for _ in range(total):
-                await af.readline()
         else:
-            i = 0
-            async for _line in af:
-                i += 1
-                if i == total:
-                    break
+            await take_lines(af, kind, total)
 
 
 def _instructions(case: str, impl: str, calls: int) -> int:
