@@ -10,6 +10,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -344,6 +345,37 @@ int call_module_init(PyObject *m);
 
 /* lines.c: LineGate and LineStep, the inline step of `async for` over a file */
 int lines_module_init(PyObject *m);
+
+/* lines.c: a method descriptor with a C fast path that falls back on a Python function
+ * (LineStep, WindowReadinto). An instance holds `slow`; its type supplies the vectorcall
+ * (through its tp_new: fastpath_new) and FASTPATH_TYPE's slots. As a class attribute it
+ * gives bound methods; method calls skip that (Py_TPFLAGS_METHOD_DESCRIPTOR) and pass the
+ * instance as the first argument. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *slow;
+    vectorcallfunc vectorcall;
+} fastpath_t;
+PyObject *fastpath_new(PyTypeObject *type, PyObject *args, vectorcallfunc call);
+PyObject *fastpath_get(PyObject *self, PyObject *obj, PyObject *type);
+int fastpath_traverse(fastpath_t *f, visitproc visit, void *arg);
+int fastpath_clear(fastpath_t *f);
+void fastpath_dealloc(fastpath_t *f);
+#define FASTPATH_TYPE(name, doc, new_fn) {                                                 \
+    PyVarObject_HEAD_INIT(NULL, 0)                                                         \
+    .tp_name = (name),                                                                     \
+    .tp_doc = (doc),                                                                       \
+    .tp_basicsize = sizeof(fastpath_t),                                                    \
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |      \
+                Py_TPFLAGS_METHOD_DESCRIPTOR,                                              \
+    .tp_vectorcall_offset = offsetof(fastpath_t, vectorcall),                              \
+    .tp_call = PyVectorcall_Call,                                                          \
+    .tp_new = (new_fn),                                                                    \
+    .tp_descr_get = fastpath_get,                                                          \
+    .tp_traverse = (traverseproc)fastpath_traverse,                                        \
+    .tp_clear = (inquiry)fastpath_clear,                                                   \
+    .tp_dealloc = (destructor)fastpath_dealloc,                                            \
+}
 
 /* window.c: WindowReadinto, WindowRaw.readinto's window hit */
 int window_module_init(PyObject *m);

@@ -29,12 +29,6 @@ typedef struct {
     PyObject *value;    /* the line of the step not awaited yet, or NULL */
 } gate_t;
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *slow;     /* async def slow(file): the full step */
-    vectorcallfunc vectorcall;
-} step_t;
-
 static PyObject *gate_attr;  /* "_gate" */
 
 /* --- LineGate: the per-file budget, and the awaitable of a step done inline ------------ */
@@ -126,7 +120,7 @@ static PyTypeObject GateType = {
 
 /* --- LineStep: a file class's __anext__ -------------------------------------------------- */
 
-static PyObject *step_call_file(step_t *s, PyObject *file)
+static PyObject *step_call_file(fastpath_t *s, PyObject *file)
 {
     PyObject *obj = PyObject_GetAttr(file, gate_attr);
     if (!obj)
@@ -159,7 +153,7 @@ static PyObject *step_call_file(step_t *s, PyObject *file)
     return PyObject_CallOneArg(s->slow, file);
 }
 
-static PyObject *step_vectorcall(step_t *s, PyObject *const *args, size_t nargsf,
+static PyObject *step_vectorcall(fastpath_t *s, PyObject *const *args, size_t nargsf,
                                  PyObject *kwnames)
 {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
@@ -170,61 +164,55 @@ static PyObject *step_vectorcall(step_t *s, PyObject *const *args, size_t nargsf
 
 static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    PyObject *slow;
-    if (!PyArg_ParseTuple(args, "O:LineStep", &slow))
-        return NULL;
-    step_t *s = (step_t *)type->tp_alloc(type, 0);
-    if (s) {
-        s->slow = Py_NewRef(slow);
-        s->vectorcall = (vectorcallfunc)step_vectorcall;
-    }
-    return (PyObject *)s;
+    return fastpath_new(type, args, (vectorcallfunc)step_vectorcall);
 }
 
-/* As a class attribute: f.__anext__ is a bound method (slot calls skip this: the type is a
- * method descriptor, called with the file as its first argument). */
-static PyObject *step_get(PyObject *self, PyObject *obj, PyObject *type)
+static PyTypeObject StepType = FASTPATH_TYPE(
+    "aionative._core.LineStep",
+    "LineStep(slow): a file class's __anext__; the line from the file's LineGate when its "
+    "budget allows, else slow(file)",
+    step_new);
+
+/* --- the shared method descriptor (engine.h) ------------------------------------------- */
+
+PyObject *fastpath_new(PyTypeObject *type, PyObject *args, vectorcallfunc call)
+{
+    PyObject *slow;
+    if (!PyArg_UnpackTuple(args, type->tp_name, 1, 1, &slow))
+        return NULL;
+    fastpath_t *f = (fastpath_t *)type->tp_alloc(type, 0);
+    if (f) {
+        f->slow = Py_NewRef(slow);
+        f->vectorcall = call;
+    }
+    return (PyObject *)f;
+}
+
+PyObject *fastpath_get(PyObject *self, PyObject *obj, PyObject *type)
 {
     if (!obj || obj == Py_None)
         return Py_NewRef(self);
     return PyMethod_New(self, obj);
 }
 
-static int step_traverse(step_t *s, visitproc visit, void *arg)
+int fastpath_traverse(fastpath_t *f, visitproc visit, void *arg)
 {
-    Py_VISIT(s->slow);
+    Py_VISIT(f->slow);
     return 0;
 }
 
-static int step_clear(step_t *s)
+int fastpath_clear(fastpath_t *f)
 {
-    Py_CLEAR(s->slow);
+    Py_CLEAR(f->slow);
     return 0;
 }
 
-static void step_dealloc(step_t *s)
+void fastpath_dealloc(fastpath_t *f)
 {
-    PyObject_GC_UnTrack(s);
-    step_clear(s);
-    Py_TYPE(s)->tp_free(s);
+    PyObject_GC_UnTrack(f);
+    fastpath_clear(f);
+    Py_TYPE(f)->tp_free(f);
 }
-
-static PyTypeObject StepType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "aionative._core.LineStep",
-    .tp_doc = "LineStep(slow): a file class's __anext__; the line from the file's LineGate "
-              "when its budget allows, else slow(file)",
-    .tp_basicsize = sizeof(step_t),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-                Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_vectorcall_offset = offsetof(step_t, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_new = step_new,
-    .tp_descr_get = step_get,
-    .tp_traverse = (traverseproc)step_traverse,
-    .tp_clear = (inquiry)step_clear,
-    .tp_dealloc = (destructor)step_dealloc,
-};
 
 int lines_module_init(PyObject *m)
 {

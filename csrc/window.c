@@ -11,14 +11,7 @@
  */
 #include "engine.h"  /* Python.h first */
 
-#include <stddef.h>
 #include <string.h>
-
-typedef struct {
-    PyObject_HEAD
-    PyObject *slow;  /* the Python readinto(raw, b) */
-    vectorcallfunc vectorcall;
-} wread_t;
 
 static PyObject *s_kind, *s_closed, *s_readable, *s_pos, *s_wstart, *s_buf;
 
@@ -107,7 +100,7 @@ static Py_ssize_t window_copy(PyObject *raw, PyObject *b)
     return got;
 }
 
-static PyObject *wread_vectorcall(wread_t *w, PyObject *const *args, size_t nargsf,
+static PyObject *wread_vectorcall(fastpath_t *w, PyObject *const *args, size_t nargsf,
                                   PyObject *kwnames)
 {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
@@ -123,61 +116,14 @@ static PyObject *wread_vectorcall(wread_t *w, PyObject *const *args, size_t narg
 
 static PyObject *wread_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    PyObject *slow;
-    if (!PyArg_ParseTuple(args, "O:WindowReadinto", &slow))
-        return NULL;
-    wread_t *w = (wread_t *)type->tp_alloc(type, 0);
-    if (w) {
-        w->slow = Py_NewRef(slow);
-        w->vectorcall = (vectorcallfunc)wread_vectorcall;
-    }
-    return (PyObject *)w;
+    return fastpath_new(type, args, (vectorcallfunc)wread_vectorcall);
 }
 
-/* As a class attribute: raw.readinto is a bound method (method calls skip this: the type is a
- * method descriptor, called with the raw file as its first argument). */
-static PyObject *wread_get(PyObject *self, PyObject *obj, PyObject *type)
-{
-    if (!obj || obj == Py_None)
-        return Py_NewRef(self);
-    return PyMethod_New(self, obj);
-}
-
-static int wread_traverse(wread_t *w, visitproc visit, void *arg)
-{
-    Py_VISIT(w->slow);
-    return 0;
-}
-
-static int wread_clear(wread_t *w)
-{
-    Py_CLEAR(w->slow);
-    return 0;
-}
-
-static void wread_dealloc(wread_t *w)
-{
-    PyObject_GC_UnTrack(w);
-    wread_clear(w);
-    Py_TYPE(w)->tp_free(w);
-}
-
-static PyTypeObject WreadType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "aionative._core.WindowReadinto",
-    .tp_doc = "WindowReadinto(slow): WindowRaw.readinto; copies from the window when it holds "
-              "everything asked for at the position of a regular file, else slow(raw, b)",
-    .tp_basicsize = sizeof(wread_t),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
-                Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_vectorcall_offset = offsetof(wread_t, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_new = wread_new,
-    .tp_descr_get = wread_get,
-    .tp_traverse = (traverseproc)wread_traverse,
-    .tp_clear = (inquiry)wread_clear,
-    .tp_dealloc = (destructor)wread_dealloc,
-};
+static PyTypeObject WreadType = FASTPATH_TYPE(
+    "aionative._core.WindowReadinto",
+    "WindowReadinto(slow): WindowRaw.readinto; copies from the window when it holds everything "
+    "asked for at the position of a regular file, else slow(raw, b)",
+    wread_new);
 
 int window_module_init(PyObject *m)
 {
