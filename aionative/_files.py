@@ -999,12 +999,18 @@ class AsyncBase(Generic[S]):
         cannot be counted (or a caller's descriptor must be followed)."""
         if self._fd_shared or not self._lines_countable():
             return 0
+        return self._window_line_ends()[0]
+
+    def _window_line_ends(self) -> tuple[int, bool]:
+        """The line ends (``_batch_term``) the window holds in the 64 KiB from the raw
+        position, each followed by the margin's worth of the window (see _margin), and
+        whether the window reaches the end of the file."""
         raw = self._raw
         term = self._batch_term()
         assert raw is not None and term is not None
         buf, i, at_eof = raw.window_view()
         end = len(buf) if at_eof else len(buf) - self._margin()
-        return _count(buf, term, i, min(i + 65536, end))
+        return _count(buf, term, i, min(i + 65536, end)), at_eof
 
     async def _counted_line(self) -> S:
         """The next line, the lock taken, and the gate's budget raised to the further lines
@@ -1015,18 +1021,14 @@ class AsyncBase(Generic[S]):
                 self._unlock()
                 return await self.readline()
         raw = self._raw
-        term = self._batch_term()
-        assert raw is not None and term is not None
+        assert raw is not None
         grant = 0
         try:
             while True:
-                buf, i, at_eof = raw.window_view()
-                # Line ends followed by the margin's worth of the window (see _margin).
-                end = len(buf) if at_eof else len(buf) - self._margin()
-                count = _count(buf, term, i, min(i + 65536, end))
+                count, at_eof = self._window_line_ends()
                 if count >= 2 or at_eof:
                     break
-                await self._fetch(len(buf) - i + self._readahead)
+                await self._fetch(raw.available() + self._readahead)
             # Each of those line ends closes a line at or after the current one: that many
             # readline() calls stay within the window. (Not a last line without an end at
             # the end of the file: the file may grow before it is read, which only a call
