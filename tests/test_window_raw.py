@@ -78,3 +78,25 @@ async def test_c_readinto_is_the_python_readinto(tmp_path: Path, state: str, nam
 
 async def test_raw_files_read_through_the_c_readinto() -> None:
     assert type(_raw.WindowRaw.__dict__["readinto"]) is _backend._core.WindowReadinto
+
+
+async def test_a_window_hit_is_copied_in_c(tmp_path: Path) -> None:
+    """The C path itself serves a hit (the comparison above would pass if it never did)."""
+    def refuse(raw: Any, b: Any) -> Any:
+        raise AssertionError("the Python readinto was called")
+    readinto = _backend._core.WindowReadinto(refuse)
+    path = tmp_path / "f"
+    content = bytes(range(256)) * 40
+    path.write_bytes(content)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for window in (content[1000:4000], bytearray(content[1000:4000])):
+            raw = window_raw(fd, len(content))
+            raw.buf, raw.wstart, raw.pos = window, 1000, 1500
+            out = bytearray(100)
+            assert readinto(raw, out) == 100
+            assert out == content[1500:1600] and raw.pos == 1600
+            with pytest.raises(AssertionError, match="Python readinto"):
+                readinto(raw, bytearray(3000))  # past the window's end: the Python path
+    finally:
+        os.close(fd)
