@@ -46,6 +46,39 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
     return LOOP_FACTORIES
 
 
+def _first_difference(a: bytes | bytearray | str, b: bytes | bytearray | str) -> int:
+    """The first offset where ``a`` and ``b`` differ (the shorter's length if one is a
+    prefix of the other): whole pages compared first, then bytes."""
+    n, i, step = min(len(a), len(b)), 0, 4096
+    while i < n and a[i:i + step] == b[i:i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object,
+                              right: object) -> list[str] | None:
+    """A failed ``==`` of long bytes or strings says where they first differ and how long
+    each is, not a diff of every line of both: the test's name stays in the last lines of
+    the output, which is what CI shows of a failure."""
+    if op != "==":
+        return None
+    binary = (bytes, bytearray)
+    if not (isinstance(left, binary) and isinstance(right, binary)
+            or isinstance(left, str) and isinstance(right, str)):
+        return None
+    if max(len(left), len(right)) <= 256:
+        return None
+    i = _first_difference(left, right)
+    what = ("the right side starts with the left" if i == len(left) else
+            "the left side starts with the right" if i == len(right) else
+            f"at offset {i}: {left[i:i + 24]!r} != {right[i:i + 24]!r}")
+    return [f"{type(left).__name__} of {len(left)} == {type(right).__name__} of {len(right)}",
+            f"they first differ {what}",
+            f"just before: {left[max(0, i - 24):i]!r}"]
+
+
 def _use_backend(name: str) -> Iterator[str]:
     probe = _backend.probe(name)  # type: ignore[arg-type]
     if not probe.available:

@@ -406,29 +406,52 @@ async def test_waiting_for_the_gil_after_a_write_is_not_a_stall(
         fd_of: Callable[..., int]) -> None:
     """An inline write lets go of the GIL; a thread running Python code takes it when its
     switch interval is up and keeps it for one (5 ms). That wait is not the kernel's: the
-    writes stay inline (the loop would meet the same switch in any Python code)."""
+    writes stay inline (the loop would meet the same switch in any Python code).
+
+    A write may still sleep for real here (dirty-page throttling while other processes
+    write to the same disk): that attempt is done again after the calm period. Counting the
+    GIL's wait as a stall would fail every attempt, as each waits for the GIL."""
     fd = rw_fd(fd_of, tmp_path / "w")
-    stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            pass
-
     eng = aionative.get_engine()
-    before = eng.stats()
-    thread = threading.Thread(target=spin)
-    thread.start()
-    waited, end, i = 0.0, time.perf_counter() + 0.1, 0
-    try:
-        while time.perf_counter() < end:
-            t0 = time.perf_counter()
-            assert eng.write(fd, b"x", i % 4096) == 1
-            waited, i = max(waited, time.perf_counter() - t0), i + 1
-    finally:
-        stop.set()
-        thread.join()
+
+    def attempt() -> tuple[float, dict[str, int], int, Any]:
+        stop = threading.Event()
+
+        def spin() -> None:
+            while not stop.is_set():
+                pass
+
+        before = eng.stats()
+        thread = threading.Thread(target=spin)
+        thread.start()
+        waited, end, i, queued = 0.0, time.perf_counter() + 0.1, 0, None
+        try:
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                res = eng.write(fd, b"x", i % 4096)
+                waited = max(waited, time.perf_counter() - t0)
+                if res != 1:  # queued after a stall: this attempt is over
+                    assert isinstance(res, asyncio.Future)
+                    queued = res
+                    break
+                i += 1
+        finally:
+            stop.set()
+            thread.join()
+        return waited, before, i, queued
+
+    stalls = []
+    for _ in range(3):
+        waited, before, i, queued = attempt()
+        if queued is not None:
+            assert await queued == 1
+        stalls.append(delta(before, "write_stalls"))
+        if stalls[-1] == 0:
+            break
+        await asyncio.sleep(1.05)              # WRITE_CALM_NS later: inline again
+    assert stalls[-1] == 0, stalls              # a stall in every attempt: the GIL's wait
     assert waited > 0.001                       # it did wait for the GIL at least once
-    assert delta(before, "write_stalls") == 0 and delta(before, "inline_writes") == i
+    assert delta(before, "inline_writes") == i
 
 
 async def test_a_reused_descriptor_number_costs_a_turn_at_most(
