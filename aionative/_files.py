@@ -1009,7 +1009,7 @@ class AsyncBase(Generic[S]):
         term = self._batch_term()
         assert raw is not None and term is not None
         buf, i, at_eof = raw.window_view()
-        end = len(buf) if at_eof else len(buf) - self._margin()
+        end = len(buf) if at_eof else max(len(buf) - self._margin(), 0)
         return _count(buf, term, i, min(i + 65536, end)), at_eof
 
     async def _counted_line(self) -> S:
@@ -1251,7 +1251,7 @@ class _BinaryBase(AsyncBase[bytes]):
             if raw.kind != STREAM:
                 while True:
                     buf, i, at_eof = raw.window_view()
-                    end = len(buf) - self._bufsize  # a line end, then the margin (_margin)
+                    end = max(len(buf) - self._bufsize, 0)  # a line end, then the margin
                     if at_eof or buf.find(b"\n", i, end) >= 0 or 0 <= n <= end - i:
                         break
                     await self._fetch(len(buf) - i + self._readahead)
@@ -1664,7 +1664,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
                     buf, i, at_eof = raw.window_view()
                     have = len(buf) - i
                     if at_eof or have >= limit or (
-                            have > skip and rules.line_ready(buf, i + skip, len(buf) - margin)):
+                            have > skip and rules.line_ready(buf, i + skip, max(len(buf) - margin, 0))):
                         break
                     await self._fetch(have + self._readahead)
         res = self._run(fn, *args)
@@ -1708,7 +1708,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             # The common case first: a line end already in the window, nothing to await.
             if not self._dirty and raw.kind != STREAM and rules.patterns and not raw.closed:
                 buf, i, at_eof = raw.window_view()
-                if rules.line_ready(buf, i, None if at_eof else len(buf) - self._chunk):
+                if rules.line_ready(buf, i, None if at_eof else max(len(buf) - self._chunk, 0)):
                     res = str(self._run(self._file.readline, size))
                     self._check_text_miss()
                     if whole and res:

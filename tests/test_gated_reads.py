@@ -260,3 +260,24 @@ async def test_a_decoding_error_ends_the_line_budget(backend: str, tmp_path: Pat
                 got.append("error")
                 assert f._gate.budget == 0
     assert got == want and "error" in got
+
+
+@pytest.mark.parametrize("buffering", [300_000, 1 << 19, 1 << 20])
+async def test_a_buffer_larger_than_the_window_fills_as_the_builtins(
+        backend: str, tmp_path: Path, buffering: int, no_blocking_reads: None) -> None:
+    """readline() fetches until the window holds a line end with a buffer's worth after it.
+    A window shorter than that buffer must not pass for one (a negative end in find()
+    counts from the window's end): the buffered layer's raw read would come back short, and
+    peek(), read1() and tell() would show it."""
+    path = make(tmp_path, 3 << 20, lines=True)[0]
+    steps: list[tuple[str, tuple[Any, ...]]] = [
+        ("readline", ()), ("peek", (1 << 21,)), ("read1", (1 << 21,)), ("readline", ()),
+        ("tell", ()), ("readline", (100,)), ("read1", (-1,)), ("readline", ()),
+        ("peek", (0,)), ("readlines", (5,)), ("read1", (100,)), ("tell", ())]
+    with open(path, "rb", buffering=buffering) as ref:  # noqa: ASYNC230 - the reference
+        async with aionative.open(path, "rb", buffering=buffering) as f:
+            for name, args in steps:
+                want = getattr(ref, name)(*args)
+                got = await getattr(f, name)(*args)
+                assert got == want, name
+            assert [line async for line in f] == list(ref)
