@@ -1128,11 +1128,34 @@ static int engine_callback_ok(engine_t *e)
     return 1;
 }
 
+/* A piece a reap sent back to the kernel (the rest of a partly cached RWF_NOWAIT read, a
+ * retry) names the caller's descriptor by number again. The kernel looked the number up
+ * when the operation was submitted; once this call returns to the loop, the caller may close
+ * it and open() may reuse it, and a piece sent after that would read another file into the
+ * same result. So pieces that complete inside their submission (Linux AIO's RWF_NOWAIT
+ * reads, a cached read) are reaped, and what they need next decided, before the callback
+ * returns: reap and submit again while the last round prepared anything (`sent`: the
+ * submission count before it), a few rounds at most. A piece that goes to a device is
+ * reaped later, but Linux AIO's next piece then goes through the engine's own O_DIRECT
+ * descriptor, found while the number was still the caller's. (Not covered: the later pieces
+ * of an operation over KERNEL_RW_MAX, which name the number again after a device's piece.) */
+#define SETTLE_ROUNDS 8
+
+static void engine_settle(engine_t *e, uint64_t sent)
+{
+    for (int round = 0; round < SETTLE_ROUNDS && e->st.submitted != sent; round++) {
+        sent = e->st.submitted;
+        e->ops->reap(e, REAP_AFTER_SUBMIT);
+        engine_pump(e);
+    }
+}
+
 static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
 {
     int ok = engine_callback_ok(e);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
+    uint64_t sent = e->st.submitted;
     e->busy++;
     e->st.wakeups++;
     e->window_start = 0;  /* the loop has polled: a new inline budget */
@@ -1152,6 +1175,7 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
         e->ops->reap(e, 0);
     }
     engine_pump(e);
+    engine_settle(e, sent);
     return engine_leave(e);
 }
 
@@ -1173,8 +1197,10 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
     engine_pump(e);
     /* Cached buffered reads complete inside the submitting call: reap them now rather than
      * after an eventfd round trip through the loop's selector. */
+    uint64_t sent = e->st.submitted;
     e->ops->reap(e, REAP_AFTER_SUBMIT);
     engine_pump(e);
+    engine_settle(e, sent);
     e->deep = e->in_kernel > 0;
     return engine_leave(e);
 }

@@ -185,13 +185,22 @@ async def test_descriptor_closed_under_an_inflight_read(native_backend: str,
     change what it reads: the kernel holds the file. (Before submission — within the loop
     iteration that made the call — the number is looked up when the batch is submitted, as a
     worker thread would look it up when it runs; closing a descriptor other code is using is a
-    race either way.)"""
+    race either way.)
+
+    Every other attempt starts with the file's first 64 KiB cached: Linux AIO's RWF_NOWAIT
+    piece then returns them and the rest goes back to the kernel as a second piece, which
+    must not name the (reused) number after the loop ran the caller's code."""
     path = tmp_path / "cold.bin"
     fd, data = cold_file(path, 8 << 20)
     os.close(fd)
-    for _ in range(5):
+    for attempt in range(6):
         fd = os.open(path, os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if attempt % 2:
+            warm = os.open(path, os.O_RDONLY)
+            os.posix_fadvise(warm, 0, 0, os.POSIX_FADV_RANDOM)  # those pages, no readahead
+            os.pread(warm, 65536, 0)
+            os.close(warm)
         syscalls = aionative.engine_stats()["syscalls"]
         read = asyncio.ensure_future(aionative.pread(fd, 8 << 20, 0))
         for _ in range(100):     # until the batch has been submitted (a system call made)
