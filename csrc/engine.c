@@ -1137,8 +1137,9 @@ static int engine_callback_ok(engine_t *e)
  * returns: reap and submit again while the last round prepared anything (`sent`: the
  * submission count before it), a few rounds at most. A piece that goes to a device is
  * reaped later, but Linux AIO's next piece then goes through the engine's own O_DIRECT
- * descriptor, found while the number was still the caller's. (Not covered: the later pieces
- * of an operation over KERNEL_RW_MAX, which name the number again after a device's piece.) */
+ * descriptor, found while the number was still the caller's. Not covered: the later pieces
+ * of an operation over KERNEL_RW_MAX, which name the number again after a device's piece, and
+ * pieces sent early from inside a call (EARLY_SUBMIT, when deep), answered on a wake-up. */
 #define SETTLE_ROUNDS 8
 
 static void engine_settle(engine_t *e, uint64_t sent)
