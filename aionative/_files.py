@@ -371,6 +371,13 @@ class AsyncBase(Generic[S]):
         the decoder sees at once (where a decoding error is raised)."""
         return self._bufsize
 
+    def _ready_end(self, buf: bytes | bytearray, at_eof: bool) -> int:
+        """Where in the window a line end must lie to be followed by the margin's worth of it
+        (see _margin): the window's end at the end of the file, else the margin before it,
+        and 0 when the window is shorter than the margin (a negative end would be counted
+        from the window's end by find() and count())."""
+        return len(buf) if at_eof else max(len(buf) - self._margin(), 0)
+
     def _end_line_budget(self) -> None:
         """Members that hand out the synchronous stack end ``async for``'s line budget (and
         ``read(n)``'s room)."""
@@ -1009,8 +1016,7 @@ class AsyncBase(Generic[S]):
         term = self._batch_term()
         assert raw is not None and term is not None
         buf, i, at_eof = raw.window_view()
-        end = len(buf) if at_eof else max(len(buf) - self._margin(), 0)
-        return _count(buf, term, i, min(i + 65536, end)), at_eof
+        return _count(buf, term, i, min(i + 65536, self._ready_end(buf, at_eof))), at_eof
 
     async def _counted_line(self) -> S:
         """The next line, the lock taken, and the gate's budget raised to the further lines
@@ -1251,7 +1257,7 @@ class _BinaryBase(AsyncBase[bytes]):
             if raw.kind != STREAM:
                 while True:
                     buf, i, at_eof = raw.window_view()
-                    end = max(len(buf) - self._bufsize, 0)  # a line end, then the margin
+                    end = self._ready_end(buf, at_eof)
                     if at_eof or buf.find(b"\n", i, end) >= 0 or 0 <= n <= end - i:
                         break
                     await self._fetch(len(buf) - i + self._readahead)
@@ -1653,8 +1659,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         else:
             # n characters come from at most 8n bytes only where decoding cannot drop bytes;
             # the chunk that completes them may reach the margin further (see _margin).
-            margin = self._margin()
-            limit = chars * 8 + 64 + margin if chars >= 0 and rules.bounded else _HUGE
+            limit = chars * 8 + 64 + self._margin() if chars >= 0 and rules.bounded else _HUGE
             if lines == -2:
                 await self._fetch(limit)
             else:
@@ -1663,8 +1668,8 @@ class AsyncTextIOWrapper(AsyncBase[str]):
                 while True:
                     buf, i, at_eof = raw.window_view()
                     have = len(buf) - i
-                    if at_eof or have >= limit or (
-                            have > skip and rules.line_ready(buf, i + skip, max(len(buf) - margin, 0))):
+                    if at_eof or have >= limit or have > skip and rules.line_ready(
+                            buf, i + skip, self._ready_end(buf, at_eof)):
                         break
                     await self._fetch(have + self._readahead)
         res = self._run(fn, *args)
@@ -1708,7 +1713,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             # The common case first: a line end already in the window, nothing to await.
             if not self._dirty and raw.kind != STREAM and rules.patterns and not raw.closed:
                 buf, i, at_eof = raw.window_view()
-                if rules.line_ready(buf, i, None if at_eof else max(len(buf) - self._chunk, 0)):
+                if rules.line_ready(buf, i, self._ready_end(buf, at_eof)):
                     res = str(self._run(self._file.readline, size))
                     self._check_text_miss()
                     if whole and res:
