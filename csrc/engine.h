@@ -346,11 +346,11 @@ int call_module_init(PyObject *m);
 /* lines.c: LineGate and LineStep, the inline step of `async for` over a file */
 int lines_module_init(PyObject *m);
 
-/* lines.c: a method descriptor with a C fast path that falls back on a Python function
- * (LineStep, WindowReadinto). An instance holds `slow`; its type supplies the vectorcall
- * (through its tp_new: fastpath_new) and FASTPATH_TYPE's slots. As a class attribute it
- * gives bound methods; method calls skip that (Py_TPFLAGS_METHOD_DESCRIPTOR) and pass the
- * instance as the first argument. */
+/* module.c: a method descriptor with a C fast path that falls back on a Python function
+ * (lines.c's LineStep, window.c's WindowReadinto). An instance holds `slow`; its type, made
+ * by FASTPATH_TYPE, supplies the vectorcall `call`. As a class attribute it gives bound
+ * methods; method calls skip that (Py_TPFLAGS_METHOD_DESCRIPTOR) and pass the instance as
+ * the first argument. */
 typedef struct {
     PyObject_HEAD
     PyObject *slow;
@@ -361,7 +361,14 @@ PyObject *fastpath_get(PyObject *self, PyObject *obj, PyObject *type);
 int fastpath_traverse(fastpath_t *f, visitproc visit, void *arg);
 int fastpath_clear(fastpath_t *f);
 void fastpath_dealloc(fastpath_t *f);
-#define FASTPATH_TYPE(name, doc, new_fn) {                                                 \
+/* Defines `static PyTypeObject var` and its tp_new: var(slow) makes an instance whose calls
+ * go to `call` (a vectorcallfunc taking the fastpath_t). */
+#define FASTPATH_TYPE(var, name, doc, call)                                                \
+static PyObject *var##_new(PyTypeObject *type, PyObject *args, PyObject *kw)               \
+{                                                                                          \
+    return fastpath_new(type, args, (vectorcallfunc)(call));                               \
+}                                                                                          \
+static PyTypeObject var = {                                                                \
     PyVarObject_HEAD_INIT(NULL, 0)                                                         \
     .tp_name = (name),                                                                     \
     .tp_doc = (doc),                                                                       \
@@ -370,7 +377,7 @@ void fastpath_dealloc(fastpath_t *f);
                 Py_TPFLAGS_METHOD_DESCRIPTOR,                                              \
     .tp_vectorcall_offset = offsetof(fastpath_t, vectorcall),                              \
     .tp_call = PyVectorcall_Call,                                                          \
-    .tp_new = (new_fn),                                                                    \
+    .tp_new = var##_new,                                                                   \
     .tp_descr_get = fastpath_get,                                                          \
     .tp_traverse = (traverseproc)fastpath_traverse,                                        \
     .tp_clear = (inquiry)fastpath_clear,                                                   \

@@ -162,57 +162,10 @@ static PyObject *step_vectorcall(fastpath_t *s, PyObject *const *args, size_t na
     return step_call_file(s, args[0]);
 }
 
-static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kw)
-{
-    return fastpath_new(type, args, (vectorcallfunc)step_vectorcall);
-}
-
-static PyTypeObject StepType = FASTPATH_TYPE(
-    "aionative._core.LineStep",
-    "LineStep(slow): a file class's __anext__; the line from the file's LineGate when its "
-    "budget allows, else slow(file)",
-    step_new);
-
-/* --- the shared method descriptor (engine.h) ------------------------------------------- */
-
-PyObject *fastpath_new(PyTypeObject *type, PyObject *args, vectorcallfunc call)
-{
-    PyObject *slow;
-    if (!PyArg_UnpackTuple(args, type->tp_name, 1, 1, &slow))
-        return NULL;
-    fastpath_t *f = (fastpath_t *)type->tp_alloc(type, 0);
-    if (f) {
-        f->slow = Py_NewRef(slow);
-        f->vectorcall = call;
-    }
-    return (PyObject *)f;
-}
-
-PyObject *fastpath_get(PyObject *self, PyObject *obj, PyObject *type)
-{
-    if (!obj || obj == Py_None)
-        return Py_NewRef(self);
-    return PyMethod_New(self, obj);
-}
-
-int fastpath_traverse(fastpath_t *f, visitproc visit, void *arg)
-{
-    Py_VISIT(f->slow);
-    return 0;
-}
-
-int fastpath_clear(fastpath_t *f)
-{
-    Py_CLEAR(f->slow);
-    return 0;
-}
-
-void fastpath_dealloc(fastpath_t *f)
-{
-    PyObject_GC_UnTrack(f);
-    fastpath_clear(f);
-    Py_TYPE(f)->tp_free(f);
-}
+FASTPATH_TYPE(StepType, "aionative._core.LineStep",
+              "LineStep(slow): a file class's __anext__; the line from the file's LineGate "
+              "when its budget allows, else slow(file)",
+              step_vectorcall);
 
 int lines_module_init(PyObject *m)
 {

@@ -1,6 +1,7 @@
 /* aionative._core: module initialisation, probes, counters and the fault-injection switch.
  * The engine lives in engine.c (its inline fast path in inline.c); the kernel interfaces in
- * uring.c and kaio.c; the async-for step in lines.c; the file layer's raw read from its window in window.c. */
+ * uring.c and kaio.c; the async-for step in lines.c; the file layer's raw read from its
+ * window in window.c. */
 #include "engine.h"
 
 #include <errno.h>
@@ -164,6 +165,48 @@ PyObject *done_next(PyObject **slot)
         Py_DECREF(exc);
     }
     return NULL;
+}
+
+/* ---------------------------------------------------------------- fast-path descriptors */
+
+/* The method descriptor of engine.h's FASTPATH_TYPE (LineStep, WindowReadinto). */
+PyObject *fastpath_new(PyTypeObject *type, PyObject *args, vectorcallfunc call)
+{
+    PyObject *slow;
+    if (!PyArg_UnpackTuple(args, type->tp_name, 1, 1, &slow))
+        return NULL;
+    fastpath_t *f = (fastpath_t *)type->tp_alloc(type, 0);
+    if (f) {
+        f->slow = Py_NewRef(slow);
+        f->vectorcall = call;
+    }
+    return (PyObject *)f;
+}
+
+PyObject *fastpath_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (!obj || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+int fastpath_traverse(fastpath_t *f, visitproc visit, void *arg)
+{
+    Py_VISIT(f->slow);
+    return 0;
+}
+
+int fastpath_clear(fastpath_t *f)
+{
+    Py_CLEAR(f->slow);
+    return 0;
+}
+
+void fastpath_dealloc(fastpath_t *f)
+{
+    PyObject_GC_UnTrack(f);
+    fastpath_clear(f);
+    Py_TYPE(f)->tp_free(f);
 }
 
 #if PY_VERSION_HEX < 0x030C0000

@@ -114,16 +114,10 @@ static PyObject *wread_vectorcall(fastpath_t *w, PyObject *const *args, size_t n
     return PyObject_Vectorcall(w->slow, args, nargsf, kwnames);
 }
 
-static PyObject *wread_new(PyTypeObject *type, PyObject *args, PyObject *kw)
-{
-    return fastpath_new(type, args, (vectorcallfunc)wread_vectorcall);
-}
-
-static PyTypeObject WreadType = FASTPATH_TYPE(
-    "aionative._core.WindowReadinto",
-    "WindowReadinto(slow): WindowRaw.readinto; copies from the window when it holds everything "
-    "asked for at the position of a regular file, else slow(raw, b)",
-    wread_new);
+FASTPATH_TYPE(WreadType, "aionative._core.WindowReadinto",
+              "WindowReadinto(slow): WindowRaw.readinto; copies from the window when it holds "
+              "everything asked for at the position of a regular file, else slow(raw, b)",
+              wread_vectorcall);
 
 int window_module_init(PyObject *m)
 {
