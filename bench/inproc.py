@@ -28,7 +28,11 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         W3's sequential 1 MiB ``aionative.pread``s over the first 256 MiB of W1's (cached) file
         against ``os.pread``, and ``aionative.preadinto``s into one buffer against
         ``os.preadv``, alternating, five passes each: median µs a read, each pair's ratio, and
-        how the last pass's reads went (queued, inline, retried after a turn).
+        how the last pass's reads went (queued, inline, retried after a turn); and
+        ``os.preadv`` with the loop turned once after each read: what the turn costs.
+    python -m bench.inproc w3-lag [--seconds 2] [--loop asyncio|uvloop]
+        One task's sequential 1 MiB ``aionative.pread``s beside a 1 ms ticker: chunks/s and
+        the ticker's lateness (p50 / p99 / max): what a large-chunk reader costs the others.
     python -m bench.inproc w3-file [--n 1024] [--direct-min BYTES] [--cold]
         W3 through file objects: ``read``s of N KiB, then ``readinto``s into one buffer, over
         the first 64 MiB of W1's (cached) file, by ``aionative.open`` and the builtin
@@ -83,6 +87,7 @@ import resource
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -90,6 +95,12 @@ from typing import Any
 import aionative
 from aionative import _lowlevel
 from bench.common import DATA_DIR, take_lines
+
+
+@types.coroutine
+def _bare_turn() -> Iterator[None]:
+    """Let the loop turn once, as a budget-refused large read does (a bare ``yield``)."""
+    yield
 
 
 def _cpu() -> float:
@@ -324,7 +335,8 @@ async def w3_seq() -> None:
     chunk, offs = 1 << 20, range(0, 256 << 20, 1 << 20)
     buf = mmap.mmap(-1, chunk)
     times: dict[str, list[float]] = {k: [] for k in ("os.pread", "aionative.pread",
-                                                     "os.preadv", "aionative.preadinto")}
+                                                     "os.preadv", "aionative.preadinto",
+                                                     "os.preadv + a turn")}
     last: dict[str, str] = {}
 
     async def one(name: str) -> None:
@@ -335,6 +347,10 @@ async def w3_seq() -> None:
         elif name == "os.preadv":
             for off in offs:
                 os.preadv(fd, [buf], off)
+        elif name == "os.preadv + a turn":
+            for off in offs:
+                os.preadv(fd, [buf], off)
+                await _bare_turn()
         elif name == "aionative.pread":
             for off in offs:
                 await aionative.pread(fd, chunk, off)
@@ -358,6 +374,45 @@ async def w3_seq() -> None:
         print(f"µs a 1 MiB read: {sync} {med[sync]:.1f}, {ours} {med[ours]:.1f} = "
               f"{med[sync] / med[ours]:.3f}× the sync loop's speed; the last pass's "
               f"{len(offs)} reads: {last[ours]}")
+    turn = "os.preadv + a turn"
+    print(f"µs a 1 MiB read with the loop turned once after each (a bare yield): {turn} "
+          f"{med[turn]:.1f} = {med['os.preadv'] / med[turn]:.3f}× os.preadv's speed")
+
+
+async def w3_lag(seconds: float) -> None:
+    """One task reading W1's (cached) file in 1 MiB ``aionative.pread``s, round the first
+    256 MiB, beside a 1 ms ticker: chunks/s, and how late the ticker woke (``perf_counter``;
+    uvloop's own clock rounds timers to the millisecond)."""
+    fd = _w1_hot_fd(256 << 20)
+    stop, late, chunks = False, [], 0
+
+    async def reader() -> None:
+        nonlocal chunks
+        off = 0
+        while not stop:
+            await aionative.pread(fd, 1 << 20, off)
+            chunks += 1
+            off = (off + (1 << 20)) % (256 << 20)
+
+    async def ticker() -> None:
+        while not stop:
+            due = time.perf_counter() + 0.001
+            await asyncio.sleep(0.001)
+            late.append(time.perf_counter() - due)
+
+    tasks = [asyncio.ensure_future(reader()), asyncio.ensure_future(ticker())]
+    await asyncio.sleep(0.2)
+    late.clear()
+    c0, t0 = chunks, time.perf_counter()
+    await asyncio.sleep(seconds)
+    rate = (chunks - c0) / (time.perf_counter() - t0)
+    stop = True
+    await asyncio.gather(*tasks)
+    os.close(fd)
+    late.sort()
+    print(f"{rate:.0f} chunks/s; ticker late ms p50 {late[len(late) // 2] * 1e3:.3f} / p99 "
+          f"{late[int(0.99 * len(late))] * 1e3:.3f} / max {late[-1] * 1e3:.3f} "
+          f"({len(late)} ticks)")
 
 
 async def cold_whole(chunks: list[int]) -> None:
@@ -645,7 +700,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
-                                     "w6-turns", "w2-direct", "w3-seq", "w5-write",
+                                     "w6-turns", "w2-direct", "w3-seq", "w3-lag", "w5-write",
                                      "log-lines", "cold-whole", "w3-file", "w7-readline"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
@@ -681,6 +736,8 @@ def main() -> None:
         coro = w6_turns((args.n or [64])[0])
     elif args.what == "w3-seq":
         coro = w3_seq()
+    elif args.what == "w3-lag":
+        coro = w3_lag(args.seconds if args.seconds != 6.0 else 2.0)
     elif args.what == "w2-direct":
         coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
     elif args.what == "log-lines":
