@@ -12,6 +12,7 @@ from typing_extensions import Buffer
 _T = TypeVar("_T")
 
 KERNEL_RW_MAX: Final[int]
+DETOUR_MAX: Final[int]  # Linux AIO: the most one O_DIRECT re-issue of a cold read reads
 DEBUG: Final[int]
 
 class Engine:

@@ -65,7 +65,8 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
     python -m bench.inproc cold-whole [--n 4 16] [--backend linux_aio]
         A cold 256 MiB read (W1's file, its pages dropped before each) as one
         ``aionative.pread``, as N concurrent ones of 256 MiB / N, and as one ``os.pread``,
-        alternating, three passes: GB/s (median). Whether splitting a large read helps.
+        alternating, three passes: GB/s, peak RSS above the RSS before, and the longest a
+        1 ms ticker beside it waited (medians). Whether splitting a large read helps.
 
 ``--turn-min BYTES`` sets ``aionative.pread``'s ``TURN_MIN`` for any of them (0: every read the
 spent budget refused waits a turn instead of going to the kernel queue).
@@ -415,21 +416,49 @@ async def w3_lag(seconds: float) -> None:
           f"({len(late)} ticks)")
 
 
+def _reset_peak_rss() -> int:
+    """Reset this process's peak RSS (``VmHWM``) to its current RSS; that RSS, KiB."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status_kib("VmHWM")
+
+
+def _status_kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
 async def cold_whole(chunks: list[int]) -> None:
     """One cold 256 MiB read (W1's file, its pages dropped first) as one ``aionative.pread``
     and as ``k`` concurrent ones of ``256 MiB / k``, against one ``os.pread``: GB/s, median of
-    three passes, the variants alternating."""
+    three passes, the variants alternating; with each variant's peak RSS above the process's
+    RSS before it, and the longest a 1 ms ticker beside it waited (the loop's longest stop;
+    ``os.pread`` stops the loop for the whole read)."""
     paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
     if not paths:
         raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
     size = 256 << 20
     fd = os.open(paths[0], os.O_RDONLY)
     names = ["os.pread", "1 pread"] + [f"{k} preads" for k in chunks]
-    runs: dict[str, list[float]] = {k: [] for k in names}
+    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in names}
+
+    async def ticker(late: list[float]) -> None:
+        while True:
+            due = time.perf_counter() + 0.001
+            await asyncio.sleep(0.001)
+            late.append(time.perf_counter() - due)
+
     try:
         for _ in range(3):
             for name in names:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                late: list[float] = []
+                tick = asyncio.ensure_future(ticker(late))
+                await asyncio.sleep(0.005)
+                rss0 = _reset_peak_rss()
                 t0 = time.perf_counter()
                 if name == "os.pread":
                     got = len(os.pread(fd, size, 0))
@@ -438,14 +467,24 @@ async def cold_whole(chunks: list[int]) -> None:
                     parts = await asyncio.gather(*(aionative.pread(fd, size // k, i * size // k)
                                                    for i in range(k)))
                     got = sum(map(len, parts))
+                dt = time.perf_counter() - t0
+                peak = (_status_kib("VmHWM") - rss0) / 1024
+                await asyncio.sleep(0.002)
+                tick.cancel()
+                parts = []
                 if got != size:
                     raise RuntimeError(f"{name}: {got} bytes")
-                runs[name].append(size / (time.perf_counter() - t0) / 1e9)
+                runs[name].append((size / dt / 1e9, peak, max(late, default=dt) * 1e3))
     finally:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
+
+    def med(v: list[tuple[float, float, float]], i: int) -> float:
+        return sorted(x[i] for x in v)[1]
+
     print(f"{aionative.get_engine().backend}: " + ", ".join(
-        f"{k} {sorted(v)[1]:.2f} GB/s" for k, v in runs.items()))
+        f"{k} {med(v, 0):.2f} GB/s (+{med(v, 1):.0f} MiB peak RSS, the loop stopped "
+        f"≤ {med(v, 2):.1f} ms)" for k, v in runs.items()))
 
 
 async def w3_file(chunks_kib: list[int], cold: bool) -> None:

@@ -431,9 +431,10 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
     }
     if (more && !op->cancel_sent) {
         /* Every further piece of an operation larger than KERNEL_RW_MAX is a split, also
-         * after a short piece (a buffered write under memory pressure may stop early); any
-         * other continuation is a retry of a short transfer. */
-        if (op->len > KERNEL_RW_MAX)
+         * after a short piece (a buffered write under memory pressure may stop early), and so
+         * is the next O_DIRECT piece of a Linux AIO read on its detour (kaio.c, DETOUR_MAX);
+         * any other continuation is a retry of a short transfer. */
+        if (op->len > KERNEL_RW_MAX || op->detour)
             e->st.splits++;
         else
             e->st.retries++;

@@ -23,6 +23,8 @@
 /* O_DIRECT alignment used by the Linux AIO re-issue path: a multiple of every logical block
  * size up to 4 KiB, for memory address, length and offset alike. */
 #define DIO_ALIGN 4096u
+/* The most one Linux AIO O_DIRECT re-issue reads at once (see kaio.c). */
+#define DETOUR_MAX (4u << 20)
 
 /* Default wall time inline completions may take per loop iteration (see engine_t). */
 #define DEFAULT_BUDGET_NS 150000u
@@ -79,6 +81,8 @@ typedef struct op {
     uint8_t nowait;         /* kaio: this piece was submitted with RWF_NOWAIT */
     uint8_t no_nowait;      /* kaio: the file refused RWF_NOWAIT; submit plainly */
     uint8_t direct;         /* kaio: this piece is an O_DIRECT re-issue into `bounce` */
+    uint8_t detour;         /* kaio: a piece came back EAGAIN; every further piece of the
+                             * operation is an O_DIRECT re-issue too (no RWF_NOWAIT probe) */
     uint8_t retries;        /* transparent retries of -EINTR / -EAGAIN completions */
     uint8_t cancel_sent;    /* the kernel was asked to cancel it (close drains reads so) */
     uint8_t opened;         /* openat: the kernel returned a descriptor, in `done`; closed
@@ -101,11 +105,15 @@ typedef struct op {
     uint64_t done;          /* bytes transferred so far (openat: the new descriptor) */
     int64_t off;            /* file offset of buf[0] */
     uint32_t cur;           /* length of the piece now with the kernel */
-    int direct_fd;          /* kaio: owned dup of the cached O_DIRECT descriptor while direct
-                             * (a cache eviction never closes a number a pending iocb names) */
-    void *bounce;           /* kaio: owned aligned buffer of an O_DIRECT re-issue, until reaped */
-    uint64_t bounce_off;    /* kaio: file offset of bounce[0] */
-    uint32_t bounce_len;
+    int direct_fd;          /* kaio: owned dup of the cached O_DIRECT descriptor from the
+                             * first re-issue to the operation's end (a cache eviction never
+                             * closes a number a pending iocb names, and later pieces never
+                             * look up the caller's descriptor number again) */
+    void *bounce;           /* kaio: owned aligned buffer of the O_DIRECT re-issues, kept from
+                             * piece to piece, freed with the slot */
+    uint64_t bounce_off;    /* kaio: file offset of bounce[0] for the piece now with the kernel */
+    uint32_t bounce_len;    /* ... and the length that piece reads */
+    uint32_t bounce_cap;    /* kaio: bytes allocated at `bounce` */
 } op_t;
 
 typedef struct stats {
@@ -116,7 +124,8 @@ typedef struct stats {
     uint64_t wakeups;         /* eventfd wake-ups handled */
     uint64_t queued;          /* operations that waited in user space for kernel room */
     uint64_t retries;         /* transparent re-submissions (-EINTR, -EAGAIN, short transfers) */
-    uint64_t splits;          /* extra pieces of operations larger than KERNEL_RW_MAX */
+    uint64_t splits;          /* extra pieces of operations larger than KERNEL_RW_MAX, and
+                               * of Linux AIO reads on the O_DIRECT detour */
     uint64_t nowait_eagain;   /* kaio: RWF_NOWAIT reads that would have blocked */
     uint64_t direct_reissues; /* kaio: O_DIRECT re-issues of those */
     uint64_t direct_refused;  /* kaio: O_DIRECT unavailable; read done blocking in io_submit */

@@ -180,34 +180,48 @@ static int dcache_get(engine_t *e, int fd)
     return dfd;
 }
 
-/* Turn the op's current piece into an O_DIRECT read of the aligned superset. 0, -ESPIPE
- * (a stream: no positional reads), or -1 (no O_DIRECT to be had). */
+/* DETOUR_MAX (engine.h) is the most one O_DIRECT re-issue reads: a larger read goes in
+ * pieces of that size, one after another, through one bounce buffer of that size. One piece of
+ * the whole read needed a second buffer as large as the caller's (a 256 MiB read held 512 MiB)
+ * and stopped the loop for its copy-out (~180 ms here, see docs/benchmarks.md "Session 15");
+ * the block layer still splits each piece into requests the device takes at once. */
+
+/* Turn the op's current piece into an O_DIRECT read of the aligned superset, at most
+ * DETOUR_MAX of it, ending on a block boundary so that the next piece starts on one. 0,
+ * -ESPIPE (a stream: no positional reads), or -1 (no O_DIRECT to be had). The descriptor and
+ * the buffer stay with the op until it ends (op_finish releases them): a further piece uses
+ * them again, never the caller's descriptor number, which the caller may have closed and
+ * reused since the read began. */
 static int direct_setup(engine_t *e, op_t *op)
 {
-    int cached = dcache_get(e, op->fd);
-    if (cached < 0)
-        return cached;
     uint64_t pos = (uint64_t)op->off + op->done;
     uint64_t cur = op->cur;
-    if (cur > KERNEL_RW_MAX - 2 * DIO_ALIGN)
-        cur = KERNEL_RW_MAX - 2 * DIO_ALIGN;
+    if (cur > DETOUR_MAX)
+        cur = ((pos + DETOUR_MAX) & ~(uint64_t)(DIO_ALIGN - 1)) - pos;
     uint64_t start = pos & ~(uint64_t)(DIO_ALIGN - 1);
     uint64_t end = (pos + cur + DIO_ALIGN - 1) & ~(uint64_t)(DIO_ALIGN - 1);
-    void *bounce = NULL;
-    if (end > start && posix_memalign(&bounce, DIO_ALIGN, end - start) != 0)
-        return -1;
-    /* The op owns a duplicate until its completion is reaped: evicting the cache entry
-     * meanwhile must not close (and let open() reuse) a number this iocb names. */
-    int dfd = fcntl(cached, F_DUPFD_CLOEXEC, 0);
-    if (dfd < 0) {
-        free(bounce);
-        return -1;
+    if (end - start > op->bounce_cap) {
+        void *bounce = NULL;
+        if (posix_memalign(&bounce, DIO_ALIGN, end - start) != 0)
+            return -1;
+        free(op->bounce);
+        op->bounce = bounce;
+        op->bounce_cap = (uint32_t)(end - start);
     }
-    g_count.direct_fds++;
+    if (op->direct_fd < 0) {
+        int cached = dcache_get(e, op->fd);
+        if (cached < 0)
+            return cached;
+        /* The op owns a duplicate: evicting the cache entry meanwhile must not close (and
+         * let open() reuse) a number this iocb names. */
+        int dfd = fcntl(cached, F_DUPFD_CLOEXEC, 0);
+        if (dfd < 0)
+            return -1;
+        g_count.direct_fds++;
+        op->direct_fd = dfd;
+    }
     op->cur = (uint32_t)cur;
     op->direct = 1;
-    op->direct_fd = dfd;
-    op->bounce = bounce;
     op->bounce_off = start;
     op->bounce_len = (uint32_t)(end - start);
     return 0;
@@ -226,12 +240,7 @@ static int64_t direct_finish(op_t *op, int64_t res)
         memcpy(op->buf + op->done, (char *)op->bounce + skip, (size_t)n);
         res = n;
     }
-    free(op->bounce);
-    op->bounce = NULL;
     op->direct = 0;
-    close(op->direct_fd);
-    op->direct_fd = -1;
-    g_count.direct_fds--;
     return res;
 }
 
@@ -255,6 +264,12 @@ static int k_prep(engine_t *e, op_t *op, uint32_t idx)
     case OP_READ:
     case OP_READINTO:
         cb->aio_lio_opcode = IOCB_CMD_PREAD;
+        if (op->detour && !op->direct) {  /* the next piece of a read that took the detour */
+            if (direct_setup(e, op) == 0)
+                e->st.direct_reissues++;
+            else
+                op->detour = 0;  /* no O_DIRECT now (out of memory): probe with RWF_NOWAIT */
+        }
         if (op->direct) {
             cb->aio_fildes = (uint32_t)op->direct_fd;
             cb->aio_buf = (uint64_t)(uintptr_t)op->bounce;
@@ -311,6 +326,7 @@ static void k_result(engine_t *e, uint32_t idx, int64_t res)
         if (res == -EINVAL) {  /* the filesystem refused this O_DIRECT read */
             direct_finish(op, res);
             e->st.direct_refused++;
+            op->detour = 0;
             op->no_nowait = 1;
             k_reprep(e, op, idx);
             return;
@@ -326,6 +342,7 @@ static void k_result(engine_t *e, uint32_t idx, int64_t res)
         } else {
             if (rc == 0) {
                 e->st.direct_reissues++;
+                op->detour = 1;
             } else {
                 e->st.direct_refused++;
                 op->no_nowait = 1;

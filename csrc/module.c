@@ -316,6 +316,7 @@ PyMODINIT_FUNC PyInit__core(void)
     if (running_loop_init() < 0 || engine_module_init(m) < 0 || lines_module_init(m) < 0 ||
         call_module_init(m) < 0 || window_module_init(m) < 0 ||
         PyModule_AddIntConstant(m, "KERNEL_RW_MAX", KERNEL_RW_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "DETOUR_MAX", DETOUR_MAX) < 0 ||
 #ifdef AIONATIVE_DEBUG
         PyModule_AddIntConstant(m, "DEBUG", 1) < 0
 #else

@@ -85,6 +85,95 @@ async def test_linux_aio_cold_reads_take_the_nowait_reissue_path(tmp_path: Path)
     assert after["direct_refused"] == before["direct_refused"], after
 
 
+def _reset_peak_rss() -> int | None:
+    """Reset this process's peak RSS (VmHWM) to its RSS now and return that, in bytes; None
+    where /proc/self/clear_refs is not writable."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    return _peak_rss()
+
+
+def _peak_rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
+@pytest.mark.usefixtures("linux_aio")
+async def test_linux_aio_a_large_cold_read_takes_the_detour_in_pieces(tmp_path: Path) -> None:
+    """A cold read larger than DETOUR_MAX reaches the device as O_DIRECT pieces of at most
+    DETOUR_MAX, one after another, after one RWF_NOWAIT probe that came back EAGAIN: the bytes
+    are right at unaligned offsets, across piece boundaries and past the end of the file, and
+    the process's peak RSS grows by the result and one piece's buffer, not by a second buffer
+    as large as the read (one piece of the whole read held twice its size)."""
+    piece = _core.DETOUR_MAX
+    size = 6 * piece + 123
+    fd, data = cold_file(tmp_path / "cold", size)
+    cases = [(0, size), (4097, 3 * piece), (piece - 1, 2 * piece + 2), (4 * piece + 5, 4 * piece)]
+    aionative.get_engine()
+    aionative.set_inline_budget(0)  # straight to io_submit: the probe is the kernel queue's
+    detours = 0
+    try:
+        for off, n in cases:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            before = aionative.engine_stats()
+            rss = _reset_peak_rss()
+            got = await aionative.pread(fd, n, off)
+            grew = None if rss is None else _peak_rss() - rss
+            after = aionative.engine_stats()
+            assert got == data[off:off + n], (off, n)
+            probes = after["nowait_eagain"] - before["nowait_eagain"]
+            pieces = after["direct_reissues"] - before["direct_reissues"]
+            assert probes <= 1, (off, n, after)  # never a probe a piece
+            if not probes:
+                continue  # the page cache kept ahead of every RWF_NOWAIT piece
+            detours += 1
+            assert pieces >= (min(n, size - off) - piece) // piece + 1, (off, n, pieces)
+            assert 1 <= after["splits"] - before["splits"] <= pieces - 1, (off, n, after)
+            if grew is not None:
+                assert grew < len(got) + 3 * piece, (off, n, grew)
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+    assert detours, "no cold read came back EAGAIN from its RWF_NOWAIT probe"
+
+
+@pytest.mark.usefixtures("linux_aio")
+async def test_linux_aio_detour_pieces_keep_their_own_descriptor(tmp_path: Path) -> None:
+    """Once a cold read has taken the O_DIRECT detour, its further pieces read through the
+    descriptor the detour duplicated, never the caller's number again: the caller's number
+    replaced by another file's (dup2) in the middle of the read leaves the result the first
+    file's bytes."""
+    piece = _core.DETOUR_MAX
+    fd, data = cold_file(tmp_path / "cold", 5 * piece)
+    other = tmp_path / "other"
+    other.write_bytes(b"\xff" * len(data))
+    ofd = os.open(other, os.O_RDONLY)
+    aionative.get_engine()
+    aionative.set_inline_budget(0)
+    try:
+        before = aionative.engine_stats()
+        task = asyncio.ensure_future(aionative.pread(fd, len(data), 0))
+        while not task.done():
+            await asyncio.sleep(0)
+            if aionative.engine_stats()["direct_reissues"] > before["direct_reissues"]:
+                break
+        assert not task.done(), "the read ended before its detour began"
+        os.dup2(ofd, fd)  # the caller's number now names the other file
+        got = await task
+        assert aionative.engine_stats()["direct_reissues"] - before["direct_reissues"] >= 5
+        assert got == data
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+        os.close(ofd)
+
+
 @pytest.mark.usefixtures("linux_aio")
 async def test_linux_aio_direct_refused_stays_correct(tmp_path: Path) -> None:
     """Where the O_DIRECT descriptor cannot be had, the read is done plainly and counted.
