@@ -1650,6 +1650,13 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         assert raw is not None and rules is not None
         if raw.closed or not raw.reads_fd:
             return self._run(fn, *args)
+        if raw.appending and self._dirty and raw.kind != STREAM:
+            # The read flushes a buffered append first and reads from where it ends: the end
+            # of file as other writers (or a truncation) left it, which only the landing
+            # tells. Land it before fetching, or the fetch reads at the end known before.
+            self._run(self._file.flush)
+            self._dirty = 0
+            await self._push()
         if self._needs_thread() or (lines == -2 and chars >= 0 and not rules.bounded):
             res = await self._run_blocking(fn, *args)
             await self._push()
