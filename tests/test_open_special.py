@@ -32,19 +32,20 @@ def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
-def user_threads() -> int:
+def user_thread_ids() -> set[str]:
     """Threads of this process that run user code: not the kernel's io_uring workers
     (``iou-wrk-*``, ``iou-sqp-*``), which are listed among the tasks but never return to
     user space."""
-    count = 0
+    ids = set()
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
                 comm = f.read().strip()
         except FileNotFoundError:
             continue
-        count += not comm.startswith("iou-")
-    return count
+        if not comm.startswith("iou-"):
+            ids.add(tid)
+    return ids
 
 
 class Ticker:
@@ -275,8 +276,10 @@ async def test_cancelled_write_is_reported_and_not_lost(backend: str, tmp_path: 
 
 
 def thread_budget() -> Callable[[], int]:
-    base = user_threads()
-    return lambda: user_threads() - base
+    """How many user threads started since this call (a thread of an earlier test that ends
+    meanwhile is not a negative count)."""
+    base = user_thread_ids()
+    return lambda: len(user_thread_ids() - base)
 
 
 @pytest.fixture
@@ -298,7 +301,7 @@ async def test_io_uring_open_read_write_stat_close_use_no_thread(io_uring_only: 
     if not all(eng.supports(op) for op in needed):
         pytest.skip("this kernel lacks an io_uring opcode the file layer uses")
     extra = thread_budget()
-    python_threads = threading.active_count()
+    python_threads = {t.ident for t in threading.enumerate()}
     for i in range(50):
         path = tmp_path / f"f{i}.txt"
         async with aionative.open(path, "w", encoding="utf-8") as f:
@@ -314,7 +317,7 @@ async def test_io_uring_open_read_write_stat_close_use_no_thread(io_uring_only: 
         assert await aionative.read_bytes(path) == ("héllo\n" * 1000).encode() + b"tail"
         await aionative.write_bytes(path, b"x")
     assert extra() == 0, f"a thread was started: {threading.enumerate()}"
-    assert threading.active_count() == python_threads
+    assert {t.ident for t in threading.enumerate()} <= python_threads
 
 
 async def test_direct_opens_o_direct_and_handles_alignment(backend: str, tmp_path: Path) -> None:
