@@ -198,6 +198,8 @@ static void engine_pump(engine_t *e);
  * starting early gains nothing and the extra system calls cost (W5). */
 #define EARLY_SUBMIT 2
 
+static PyObject *engine_leave(engine_t *e);
+
 static void engine_enqueue(engine_t *e, uint32_t idx)
 {
     if (e->waiting || op_to_kernel(e, idx) < 0) {
@@ -207,9 +209,15 @@ static void engine_enqueue(engine_t *e, uint32_t idx)
     uint8_t kind = engine_slot(e, idx)->kind;
     if (e->deep && !e->busy && (kind == OP_READ || kind == OP_READINTO) &&
             e->ops->unaccepted(e) >= EARLY_SUBMIT) {
-        e->busy++;  /* (nothing here runs Python code that could close the engine) */
+        /* A submission the kernel refuses ends its operation here (op_finish: a future
+         * resolved, a buffer released, a finalizer run), and that Python code may close the
+         * engine: the close waits for engine_leave, as in the loop's callbacks. */
+        e->busy++;
         engine_pump(e);
-        e->busy--;
+        PyObject *r = engine_leave(e);
+        if (!r)
+            PyErr_WriteUnraisable((PyObject *)e);
+        Py_XDECREF(r);
     }
 }
 
@@ -1233,6 +1241,27 @@ static void engine_unlink(engine_t *e)
     e->gprev = e->gnext = NULL;
 }
 
+/* Take the eventfd off the loop before closing it, whoever closes the engine: a reader left on
+ * the closed number is a stale registration the next engine's eventfd (the same, lowest free
+ * number) inherits — asyncio only swaps the callback and never polls the new descriptor, and
+ * libuv aborts when it re-arms the closed one. Only in the engine's own process: a forked
+ * child shares the parent's epoll instance, and removing it there removes the parent's. Errors
+ * are the loop's business (closed, shutting down): ignored. */
+static void engine_unwatch(engine_t *e)
+{
+    PyObject *loop = e->efd >= 0 && e->fork_gen == engine_fork_generation ? engine_loop(e) : NULL;
+    if (!loop)
+        return;
+    Py_INCREF(loop);
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *r = PyObject_CallMethod(loop, "remove_reader", "i", e->efd);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+    Py_DECREF(loop);
+}
+
 static void engine_close_fds(engine_t *e)
 {
     if (e->efd >= 0) {
@@ -1313,6 +1342,7 @@ static int engine_do_close(engine_t *e)
     e->closed = 1;
     engine_release_all(e);
     e->ops->destroy(e);
+    engine_unwatch(e);
     engine_close_fds(e);
     return 0;
 }

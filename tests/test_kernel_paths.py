@@ -9,6 +9,7 @@ import os
 import random
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -316,3 +317,46 @@ async def test_a_read_the_device_completes_wakes_the_loop_once(native_backend: s
     finally:
         os.close(fd)
         buf.close()
+
+
+class _ClosesTheEngine(bytearray):
+    """A buffer whose release closes the running loop's engine."""
+
+    def __del__(self) -> None:
+        aionative.get_engine().close()
+
+
+@pytest.mark.usefixtures("linux_aio")
+async def test_a_close_asked_for_during_an_early_submission_is_carried_out(
+        tmp_path: Path) -> None:
+    """While the kernel holds an operation (a long fsync), a second prepared read is sent at
+    once (EARLY_SUBMIT). io_submit refuses the first of them (EBADF: a closed descriptor),
+    which ends that read there, releasing its buffer, whose finalizer closes the engine. The
+    close waits for the submission to finish, then happens: the fsync and the other read are
+    answered (the close drains them) and the engine is closed. It was left asked for and never
+    done: both futures pending forever, every wake-up refused, the loop spinning on the
+    unread eventfd."""
+    aionative.set_inline_budget(0)
+    eng: Any = aionative.get_engine()
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        chunk = b"x" * (1 << 20)
+        for i in range(128):
+            os.pwrite(fd, chunk, i << 20)  # dirty: the fsync stays with the kernel a while
+        sync = eng.fsync(fd)
+        await asyncio.sleep(0)  # the flush submits it
+        if sync.done():
+            pytest.skip("the fsync completed within its submission: nothing was deep")
+        bad = os.open("/dev/null", os.O_RDONLY)
+        os.close(bad)
+        refused = eng.readinto(bad, _ClosesTheEngine(4096), 0)
+        other = eng.preadinto(fd, bytearray(4096), 0)  # the second prepared: sent at once
+        got = await asyncio.wait_for(asyncio.gather(sync, other, refused,
+                                                    return_exceptions=True), 30)
+        assert eng.closed
+        assert got[0] is None and got[1] == 4096, got
+        assert isinstance(got[2], OSError) and got[2].errno == errno.EBADF, got
+        assert aionative.get_engine() is not eng  # the next operation gets a new one
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)

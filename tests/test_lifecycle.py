@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -213,3 +214,61 @@ def test_running_loop_answers_as_asyncio_does(loop_factory: LoopFactory) -> None
 
     assert _run(loop_factory, inside()) is True
     assert _core.running_loop() is None
+
+
+_CLOSED_ENGINE_SCRIPT = r"""
+import asyncio, os, sys
+import aionative
+from aionative._engine import get_engine
+
+backend, how, loop_name, path = sys.argv[1:5]
+
+
+class ClosesTheEngine(bytearray):
+    def __del__(self):
+        get_engine().close()  # from inside the engine's reap: carried out when it returns
+
+
+async def main():
+    aionative.set_inline_budget(0)
+    eng = get_engine(backend)
+    fd = os.open(path, os.O_RDWR)
+    if how == "direct":
+        eng.close()
+    else:
+        await eng.preadinto(fd, ClosesTheEngine(100), 0)  # freed in op_finish
+        await asyncio.sleep(0)
+    assert eng.closed
+    for i in range(16):
+        os.pwrite(fd, b"d" * (1 << 20), i << 20)  # dirty: the fsync needs a wake-up
+    await asyncio.wait_for(aionative.fsync(fd), 20)
+    assert get_engine() is not eng and not get_engine().closed
+    os.close(fd)
+    print("OK")
+
+
+if loop_name == "uvloop":
+    import uvloop
+    uvloop.run(main())
+else:
+    asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("how", ["direct", "from_its_reap"])
+@pytest.mark.parametrize("loop_name", sorted(LOOP_FACTORIES))
+def test_an_engine_closed_outside_the_library_leaves_no_reader(
+        native_backend: str, tmp_path: Path, how: str, loop_name: str) -> None:
+    """An engine closed by its own ``close()`` — directly, or asked for from code its reap
+    ran and carried out when the reap returned — takes its eventfd off the loop before closing
+    it. The reader once stayed on the closed number: the next engine's eventfd took that
+    number, asyncio only swapped the reader's callback (the new descriptor never polled: the
+    next operation that needed a wake-up waited forever) and libuv aborted the process. In a
+    fresh interpreter, so that an abort fails this test and not the run."""
+    path = tmp_path / "f"
+    path.write_bytes(b"q" * 8192)
+    proc = subprocess.run([sys.executable, "-c", _CLOSED_ENGINE_SCRIPT, native_backend, how,
+                           loop_name, str(path)], capture_output=True, text=True, timeout=120,
+                          check=False, cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", (proc.returncode,
+                                                                  proc.stderr[-2000:])
