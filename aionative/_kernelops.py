@@ -132,6 +132,8 @@ async def after_a_turn(eng: Any, method: str, *args: Any) -> Any:
     if isinstance(eng, ThreadsEngine):
         return None
     await one_turn()
+    if eng.closed:  # closed during the turn (close_engine()): the caller's next step gets
+        return None  # the loop's new engine
     res = getattr(eng, method)(*args, True)
     if res is not False:
         return res

@@ -147,9 +147,18 @@ static PySendResult call_large_read(call_t *c, engine_t *e, int retry, PyObject 
 
 /* The retry after the turn: inline if the renewed budget (or its grace) admits it; else a
  * read goes to the kernel queue and a pwrite to the queue of refused calls. */
+static PySendResult call_start(call_t *c, PyObject **result);
+
 static PySendResult call_after_turn(call_t *c, PyObject **result)
 {
     engine_t *e = (engine_t *)c->eng;
+    if (e->closed) {
+        /* The engine was closed during the turn (aionative.close_engine(): "the next operation
+         * makes a new one"): start again on the loop's engine now. */
+        Py_CLEAR(c->eng);
+        c->state = ST_NEW;
+        return call_start(c, result);
+    }
     if (c->kind != CALL_PWRITE)
         return call_large_read(c, e, 1, result);
     PyObject *a[5] = {c->eng, c->args[0], c->args[1], c->args[2], Py_True};

@@ -238,3 +238,48 @@ async def test_calls_look_like_coroutines_to_asyncio(
     assert "coro=<pread()" in repr(task)
     assert await task == b"ab"
     assert not call.cr_suspended and call.cr_await is None
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("what", ["pread", "preadinto", "pwrite", "read_bytes"])
+async def test_a_call_waiting_a_turn_survives_close_engine(
+        native_backend: str, tmp_path: Path, what: str) -> None:
+    """A large read, a pwrite or read_bytes that the spent budget sent round a turn, and
+    another task calls close_engine() during that turn ("the next operation makes a new
+    one"): the call runs on the loop's new engine. It retried on the closed one: "engine is
+    closed"."""
+    path = tmp_path / "f"
+    data = os.urandom(1 << 18)
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDWR)
+    os.pread(fd, len(data), 0)  # cached
+    aionative.set_inline_budget(1)
+    try:
+        eng = aionative.get_engine()
+        buf = bytearray(1 << 17)
+
+        async def call() -> object:
+            while eng.read_inline(fd, 4096, 0) is not False:  # spend the budget
+                pass
+            if what == "pread":
+                return await aionative.pread(fd, 1 << 17, 0)
+            if what == "preadinto":
+                return await aionative.preadinto(fd, buf, 0)
+            if what == "pwrite":
+                return await aionative.pwrite(fd, b"w" * 100, 0)
+            return await aionative.read_bytes(path)
+
+        task = asyncio.ensure_future(call())
+        await asyncio.sleep(0)  # the task runs up to its turn
+        assert not task.done()
+        aionative.close_engine()
+        got = await asyncio.wait_for(task, 10)
+        assert eng.closed and aionative.get_engine() is not eng
+        expected = {"pread": data[:1 << 17], "preadinto": 1 << 17, "pwrite": 100,
+                    "read_bytes": data}[what]
+        assert got == expected
+        if what == "preadinto":
+            assert buf == data[:1 << 17]
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
