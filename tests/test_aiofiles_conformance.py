@@ -557,6 +557,20 @@ async def test_append_writes_at_the_end(tmp_path: Path, mode: str, buffering: in
     assert (tmp_path / "new").read_bytes() == b"x"
 
 
+async def _ref_or_ours(name: str, path: Path, mode: str,
+                        buffering: int) -> Callable[..., Awaitable[Any]]:
+    """``path`` opened by the builtin ("ref") or by aionative ("ours"); returns
+    ``call(method, *args)``, which awaits the result where it is awaitable."""
+    f: Any = (builtins.open(path, mode, buffering=buffering) if name == "ref"
+              else await aionative.open(path, mode, buffering=buffering))
+
+    async def call(method: str, *args: Any) -> Any:
+        res = getattr(f, method)(*args)
+        return await res if inspect.isawaitable(res) else res
+
+    return call
+
+
 @pytest.mark.parametrize("mode,buffering", APPEND_CASES)
 @io_test
 async def test_append_position_follows_other_writers(tmp_path: Path, mode: str,
@@ -566,13 +580,7 @@ async def test_append_position_follows_other_writers(tmp_path: Path, mode: str,
     for name in ("ref", "ours"):
         path = tmp_path / name
         path.write_bytes(b"abc")
-        f: Any = (builtins.open(path, mode, buffering=buffering) if name == "ref"
-                  else await aionative.open(path, mode, buffering=buffering))
-
-        async def call(method: str, *args: Any, f: Any = f) -> Any:
-            res = getattr(f, method)(*args)
-            return await res if inspect.isawaitable(res) else res
-
+        call = await _ref_or_ours(name, path, mode, buffering)
         try:
             await call("write", conv(b"de"))
             await call("flush")
@@ -607,13 +615,7 @@ async def test_a_call_that_flushes_an_append_finds_the_end_others_left(
     for name in ("ref", "ours"):
         path = tmp_path / name
         path.write_bytes(b"x" * 5000)
-        f: Any = (builtins.open(path, mode, buffering=buffering) if name == "ref"
-                  else await aionative.open(path, mode, buffering=buffering))
-
-        async def call(method: str, *args: Any, f: Any = f) -> Any:
-            res = getattr(f, method)(*args)
-            return await res if inspect.isawaitable(res) else res
-
+        call = await _ref_or_ours(name, path, mode, buffering)
         try:
             if change == "appended":
                 with builtins.open(path, "ab") as other:
