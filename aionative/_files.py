@@ -816,12 +816,30 @@ class AsyncBase(Generic[S]):
             eng.cancel(fut)
             raise
 
+    _flushing_tell = False  # tell() flushes the buffer first (TextIOWrapper's does)
+
+    async def _land_appends(self) -> None:
+        """In append mode a write's position is the end of file the kernel finds when the
+        write lands, which other writers (or a truncation) may have moved. The builtin's
+        truncate(), seek(), text tell() and reads in "+" modes flush the buffer and then go by
+        the position that write left: land what is buffered first, through the engine, so
+        the call runs after it. (Before, they went by the end known before the write:
+        truncate() cut another writer's data and this write off.)"""
+        raw = self._raw
+        if raw is not None and raw.appending and self._dirty and raw.kind != STREAM and \
+                not raw.closed:
+            self._run(self._file.flush)
+            self._dirty = 0
+            await self._push()
+
     async def tell(self) -> int:
         if self._raw is None:
             return await self._in_executor(self._file.tell)
         if not self._try_lock():
             await self._lock()
         try:
+            if self._flushing_tell:
+                await self._land_appends()
             pos = self._run(self._file.tell)
             self._dirty = 0
             await self._push()
@@ -839,6 +857,7 @@ class AsyncBase(Generic[S]):
         if not self._try_lock():
             await self._lock()
         try:
+            await self._land_appends()
             if whence == os.SEEK_END and raw.kind != STREAM and not raw.closed:
                 await self._refresh_size()
             await self._before_seek(offset, whence)
@@ -875,6 +894,7 @@ class AsyncBase(Generic[S]):
         if not self._try_lock():
             await self._lock()
         try:
+            await self._land_appends()
             n = self._run(self._file.truncate, size)
             self._dirty = 0
             await self._push()
@@ -1575,6 +1595,8 @@ class AsyncFileIO(_BinaryBase):
 class AsyncTextIOWrapper(AsyncBase[str]):
     """Text modes: a ``TextIOWrapper``."""
 
+    _flushing_tell = True
+
     def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None = None,
                  executor: Executor | None = None, *, raw: WindowRaw | None = None,
                  route: str = "thread", newline: str | None = None) -> None:
@@ -1650,13 +1672,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         assert raw is not None and rules is not None
         if raw.closed or not raw.reads_fd:
             return self._run(fn, *args)
-        if raw.appending and self._dirty and raw.kind != STREAM:
-            # The read flushes a buffered append first and reads from where it ends: the end
-            # of file as other writers (or a truncation) left it, which only the landing
-            # tells. Land it before fetching, or the fetch reads at the end known before.
-            self._run(self._file.flush)
-            self._dirty = 0
-            await self._push()
+        await self._land_appends()  # before fetching: the read starts where the append ends
         if self._needs_thread() or (lines == -2 and chars >= 0 and not rules.bounded):
             res = await self._run_blocking(fn, *args)
             await self._push()

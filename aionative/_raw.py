@@ -502,7 +502,6 @@ class WindowRaw(io.RawIOBase):
         if size is None:
             if self.seekable_said is None:  # FileIO asks lseek(2) for the position
                 self.seekable_said = self._seekable
-            self._land_appends()
             size = self.pos
         elif type(size) is not int or not -(1 << 63) <= size < 1 << 63:
             size = off_t(size)
@@ -539,8 +538,6 @@ class WindowRaw(io.RawIOBase):
                 self.drop_window()
                 self.pos = new
                 return new
-            if whence != os.SEEK_SET:
-                self._land_appends()
             if whence == os.SEEK_SET:
                 new = pos
             elif whence == os.SEEK_CUR:
@@ -578,20 +575,7 @@ class WindowRaw(io.RawIOBase):
             raise _espipe()
         if self.kind == STREAM:
             return os.lseek(self._fd, 0, os.SEEK_CUR) - (len(self.buf) - self.rpos)
-        self._land_appends()
         return self.pos
-
-    def _land_appends(self) -> None:
-        """An append staged by this call has not landed, and the call now asks where it left
-        the position (a buffered layer's truncate(), seek() or a text tell() flush, then ask):
-        FileIO's write had landed by then, and lseek(2) answers with the end of file as other
-        writers, or a truncation, left it. So land what is staged now, as FileIO's write
-        would have, on this thread (a small append into the page cache, in append mode only);
-        the position becomes the end measured after it. Without this the call took the end
-        of file it knew before: truncate() cut another writer's data and this call's own
-        write off, or padded a file someone had shrunk."""
-        if self.appended and self.staged and self.in_op:
-            self._sync_flush_staged()
 
     def close(self) -> None:
         if self.closed:
