@@ -37,6 +37,7 @@ async def _read_fd(fd: int, path: StrPath) -> bytes:
         off = len(data)
         while True:
             want = max(size - off, 0) + 65536
+            eng = get_engine()  # close_engine() between two reads: the next one makes another
             chunk = await _read(eng, fd, want, off)
             parts.append(chunk)
             off += len(chunk)

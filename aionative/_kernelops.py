@@ -90,8 +90,8 @@ class _Deferred:
             if fut.done():  # its caller was cancelled
                 queue.popleft()
                 continue
-            try:
-                res = False if eng is None else getattr(eng, method)(*args)
+            try:  # a closed engine (close_engine() meanwhile) counts as gone
+                res = False if eng is None or eng.closed else getattr(eng, method)(*args)
             except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting caller
                 queue.popleft()
                 fut.set_exception(exc)

@@ -98,6 +98,7 @@ async def _write_refused(eng: Any, fd: int, data: Any, offset: int) -> int:
     calls (``_kernelops.refused_queue``), else the kernel queue."""
     res = await _k.refused_queue(eng, "write", fd, data, offset)
     if res is None:
+        eng = get_engine()  # the engine may have been closed (and replaced) meanwhile
         res = eng.pwrite(fd, data, offset)
     if type(res) is int:
         return res

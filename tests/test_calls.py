@@ -283,3 +283,61 @@ async def test_a_call_waiting_a_turn_survives_close_engine(
     finally:
         aionative.set_inline_budget(None)
         os.close(fd)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("what", ["pwrite", "open"])
+async def test_a_call_waiting_in_the_refused_queue_survives_close_engine(
+        native_backend: str, tmp_path: Path, what: str) -> None:
+    """A pwrite or an inline open refused again after its turn waits in the queue of refused
+    calls; close_engine() meanwhile: the queue treats the closed engine as gone and the call
+    runs on the loop's new engine ("engine is closed" before)."""
+    from aionative import _kernelops as _k
+
+    path = tmp_path / "f"
+    path.write_bytes(b"a" * 65536)
+    fd = os.open(path, os.O_RDWR)
+    os.pread(fd, 65536, 0)
+    aionative.set_inline_budget(1)
+    stop = False
+    eng = aionative.get_engine()
+
+    async def spender() -> None:  # spends every turn's budget and its retry grace first
+        while not stop:
+            while eng.read_inline(fd, 4096, 0, True) is not False:
+                pass
+            await _k.one_turn()
+
+    async def call() -> int:
+        while eng.read_inline(fd, 4096, 0) is not False:
+            pass
+        if what == "pwrite":
+            return await aionative.pwrite(fd, b"w" * 100, 0)
+        return await _k.open_fd(path, os.O_RDONLY)
+
+    spending = asyncio.ensure_future(spender())
+    try:
+        await asyncio.sleep(0)
+        task = asyncio.ensure_future(call())
+        queued = False
+        for _ in range(50):
+            await asyncio.sleep(0)
+            q = _k._deferred.get(eng)
+            if q is not None and q.queue:
+                queued = True
+                break
+        assert queued, "the call never reached the queue of refused calls"
+        aionative.close_engine()
+        stop = True
+        got = await asyncio.wait_for(task, 10)
+        if what == "pwrite":
+            assert got == 100 and os.pread(fd, 100, 0) == b"w" * 100
+        else:
+            assert os.pread(got, 1, 65535) == b"a"
+            os.close(got)
+        assert eng.closed
+    finally:
+        stop = True
+        await spending
+        aionative.set_inline_budget(None)
+        os.close(fd)
