@@ -437,7 +437,11 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
         more = res > 0 && op->done < op->len;
         break;
     }
-    if (more && !op->cancel_sent) {
+    /* A close's drain cancels reads (a pipe read might wait forever), which ends them after
+     * the piece in hand; a Linux AIO read on its O_DIRECT detour is a bounded read of a
+     * regular file in pieces: it goes on, or the close would cut it to a short result that
+     * reads as the end of the file. */
+    if (more && (!op->cancel_sent || op->detour)) {
         /* Every further piece of an operation larger than KERNEL_RW_MAX is a split, also
          * after a short piece (a buffered write under memory pressure may stop early), and so
          * is the next O_DIRECT piece of a Linux AIO read on its detour (kaio.c, DETOUR_MAX);

@@ -127,7 +127,8 @@ typedef struct stats {
     uint64_t splits;          /* extra pieces of operations larger than KERNEL_RW_MAX, and
                                * of Linux AIO reads on the O_DIRECT detour */
     uint64_t nowait_eagain;   /* kaio: RWF_NOWAIT reads that would have blocked */
-    uint64_t direct_reissues; /* kaio: O_DIRECT re-issues of those */
+    uint64_t direct_reissues; /* kaio: O_DIRECT pieces: the re-issues of those, and the
+                               * further pieces (and retries) of reads on that detour */
     uint64_t direct_refused;  /* kaio: O_DIRECT unavailable; read done blocking in io_submit */
     uint64_t nowait_unsupported; /* kaio: RWF_NOWAIT refused for the file; read done blocking */
     uint64_t cancels;         /* cancellation requests */

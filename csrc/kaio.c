@@ -200,15 +200,7 @@ static int direct_setup(engine_t *e, op_t *op)
         cur = ((pos + DETOUR_MAX) & ~(uint64_t)(DIO_ALIGN - 1)) - pos;
     uint64_t start = pos & ~(uint64_t)(DIO_ALIGN - 1);
     uint64_t end = (pos + cur + DIO_ALIGN - 1) & ~(uint64_t)(DIO_ALIGN - 1);
-    if (end - start > op->bounce_cap) {
-        void *bounce = NULL;
-        if (posix_memalign(&bounce, DIO_ALIGN, end - start) != 0)
-            return -1;
-        free(op->bounce);
-        op->bounce = bounce;
-        op->bounce_cap = (uint32_t)(end - start);
-    }
-    if (op->direct_fd < 0) {
+    if (op->direct_fd < 0) {  /* first: a pipe or a file without O_DIRECT needs no buffer */
         int cached = dcache_get(e, op->fd);
         if (cached < 0)
             return cached;
@@ -219,6 +211,14 @@ static int direct_setup(engine_t *e, op_t *op)
             return -1;
         g_count.direct_fds++;
         op->direct_fd = dfd;
+    }
+    if (end - start > op->bounce_cap) {
+        void *bounce = NULL;
+        if (posix_memalign(&bounce, DIO_ALIGN, end - start) != 0)
+            return -1;
+        free(op->bounce);
+        op->bounce = bounce;
+        op->bounce_cap = (uint32_t)(end - start);
     }
     op->cur = (uint32_t)cur;
     op->direct = 1;
