@@ -394,9 +394,18 @@ class AsyncBase(Generic[S]):
     async def _finish_unfinished(self) -> None:
         """Writes a cancelled call left with the kernel: wait for them, then do the rest, and
         report their outcome to this call."""
+        landed = False
         while self._unfinished:
             await asyncio.shield(self._unfinished[0])
             self._unfinished.pop(0).result()
+            landed = True
+        raw = self._raw
+        if landed and raw is not None and raw.appending and raw.kind != STREAM and \
+                not raw.closed:
+            # An append that landed after its call was cancelled: the position is the end
+            # it found, as _push_items measures it for one that did not.
+            raw.sync_append_position(os.lseek(raw._fd, 0, os.SEEK_END))
+            self._synced_pos = -1
         staged, self._unfinished_staged = self._unfinished_staged, []
         if staged:
             await self._push_list(staged)
@@ -841,7 +850,8 @@ class AsyncBase(Generic[S]):
             if self._flushing_tell:
                 await self._land_appends()
             pos = self._run(self._file.tell)
-            self._dirty = 0
+            if self._flushing_tell:  # a binary tell() leaves the buffer as it is
+                self._dirty = 0
             await self._push()
             return int(pos)
         except Exception:

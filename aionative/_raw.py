@@ -165,6 +165,8 @@ class WindowRaw(io.RawIOBase):
     direct = False              # O_DIRECT: aligned transfers through bounce buffers
     appended = False            # the position was last set by an append: the kernel's end of
     #                             file decides it once the write lands
+    append_delta = 0            # ... plus this: a relative seek since (a buffered layer's
+    #                             rewind after its flush), from the end the append finds
 
     def __init__(self, fd: int, *, kind: int, readable: bool, writable: bool, appending: bool,
                  created: bool, seekable: bool, closefd: bool, size: int, pos: int,
@@ -461,6 +463,7 @@ class WindowRaw(io.RawIOBase):
                 self._sync_flush_staged()
             return len(data)
         off = self.size if self.appending else self.pos
+        self.append_delta = 0  # an append leaves the position at the end it finds
         self.appended = self.appending
         self.staged.append((off, data))
         self._overlay(off, data, self.appending)
@@ -562,7 +565,10 @@ class WindowRaw(io.RawIOBase):
             raise
         if self.seekable_said is None:
             self.seekable_said = True
-        if new != self.pos or whence != os.SEEK_CUR:  # seek(0, SEEK_CUR) just asks
+        if self.appended and whence in (os.SEEK_CUR, os.SEEK_END):
+            # Relative to an append that has not landed: to the end it will find.
+            self.append_delta = new - self.size
+        elif new != self.pos or whence != os.SEEK_CUR:  # seek(0, SEEK_CUR) just asks
             self.appended = False
         self.pos = new
         return new
@@ -627,8 +633,10 @@ class WindowRaw(io.RawIOBase):
         if not self.appended or end < 0:
             return
         self.appended = False
-        if end != self.pos:
-            self.pos = self.size = end
+        pos, self.append_delta = end + self.append_delta, 0
+        if end != self.size or pos != self.pos:
+            self.size = end
+            self.pos = max(pos, 0)
             self.drop_window()
 
     def __repr__(self) -> str:
