@@ -412,7 +412,7 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
      * under a signal storm: creating a worker thread fails while a signal is pending, see
      * docs/reliability.md): it never ran, so it is submitted again, like -EINTR. */
     if ((res == -EINTR || res == -EAGAIN || res == -ECANCELED) && op->retries < MAX_RETRIES &&
-        !op->cancel_sent && op->kind != OP_CLOSE) {
+        (!op->cancel_sent || op->detour) && op->kind != OP_CLOSE) {  /* detour: see below */
         op->retries++;
         e->st.retries++;
         engine_enqueue(e, idx);
