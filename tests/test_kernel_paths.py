@@ -367,22 +367,28 @@ async def test_closing_the_engine_lets_a_read_on_its_detour_finish(tmp_path: Pat
     """close_engine() while a cold read goes to the device in O_DIRECT pieces: the close's
     drain lets the read finish (a bounded read of a regular file), so it returns the whole
     file. Stopped after the piece in hand, it came back short: what a caller reads as the end
-    of the file (read_bytes returned the first 4 MiB of 16)."""
+    of the file (read_bytes returned the first 4 MiB of 16); a piece interrupted then
+    (EINTR, injected) is retried, not raised."""
     piece = _core.DETOUR_MAX
     fd, data = cold_file(tmp_path / "cold", 4 * piece)
     aionative.set_inline_budget(0)
     try:
-        for what in ("pread", "read_bytes"):
+        for what in ("pread", "read_bytes", "pread, a piece interrupted"):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             before = aionative.engine_stats()["direct_reissues"]
             task: asyncio.Future[bytes] = asyncio.ensure_future(
-                aionative.pread(fd, len(data), 0) if what == "pread"
-                else aionative.read_bytes(tmp_path / "cold"))
+                aionative.read_bytes(tmp_path / "cold") if what == "read_bytes"
+                else aionative.pread(fd, len(data), 0))
             while aionative.engine_stats()["direct_reissues"] == before and not task.done():
                 await asyncio.sleep(0)
             assert not task.done(), "the read ended before its detour began"
-            aionative.close_engine()
-            got = await asyncio.wait_for(task, 30)
+            if what.endswith("interrupted"):  # the drain retries it, as the engine does
+                _core.set_fault("completion", errno.EINTR, 1)
+            try:
+                aionative.close_engine()
+                got = await asyncio.wait_for(task, 30)
+            finally:
+                _core.clear_faults()
             assert len(got) == len(data) and got == data, what
     finally:
         aionative.set_inline_budget(None)
