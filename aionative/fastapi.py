@@ -319,6 +319,7 @@ async def _chunks(eng: EngineLike, owner: _Descriptor, chunk_size: int, start: i
             offset += len(data)
             nxt = want(offset)
             if len(data) == size and nxt > 0:
+                eng = get_engine()  # close_engine() between chunks: the loop's new engine
                 pending = eng.pread(fd, nxt, offset)
             if data:
                 yield data

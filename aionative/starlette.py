@@ -524,6 +524,8 @@ class FileResponse(_StarletteFileResponse):
                 raise RuntimeError(f"File at path {self.path} is shorter than expected.")
             following = next(chunks, None)
             if following is not None:
+                # close_engine() between chunks: the next read goes to the loop's new engine
+                eng = transfer.eng = get_engine()
                 pending = transfer.pending = eng.pread(fd, following[2], following[1])
             if not started:
                 await send(start_message)

@@ -418,3 +418,20 @@ async def test_example_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         assert (await c.get("/files/..")).status_code in (400, 404)
         assert (await c.get("/static/hello.txt")).text == "hello from aionative\n"
         assert (await c.get("/engine")).json()["backend"] == aionative.get_engine().backend
+
+
+@pytest.mark.asyncio
+async def test_stream_file_survives_close_engine_between_chunks(native_backend: str,
+                                                                tmp_path: Path) -> None:
+    """close_engine() between two chunks of stream_file: the next read goes to the loop's new
+    engine and every byte comes out ("engine is closed" before, after the second chunk)."""
+    data = os.urandom(1 << 20)
+    path = tmp_path / "s.bin"
+    path.write_bytes(data)
+    got = []
+    async for chunk in await stream_file(path, chunk_size=65536):
+        got.append(chunk)
+        if len(got) == 2:
+            aionative.close_engine()
+    assert b"".join(got) == data
+    assert open_fds_to(tmp_path) == 0

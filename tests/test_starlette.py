@@ -1023,3 +1023,26 @@ def test_static_permission_errors(backend: str) -> None:
             assert ours["/closed_dir/index.html"] == 401
             assert ours["/unreadable_fifo"] == 404 and ours["/ok.txt"] == 200
             assert ours["/closed_dir"] == (404 if not html else "PermissionError")
+
+
+@pytest.mark.asyncio
+async def test_close_engine_between_chunks_of_a_response(native_backend: str,
+                                                          files: Path) -> None:
+    """close_engine() while a FileResponse is being sent (between two chunks): the next
+    chunk's read goes to the loop's new engine and the body is whole ("engine is closed"
+    before: the response failed after its first chunks)."""
+    data = (files / "big.bin").read_bytes()
+    assert len(data) > 3 * CHUNK
+    sent = 0
+
+    async def hook(message: dict[str, Any]) -> None:
+        nonlocal sent
+        if message.get("type") == "http.response.body":
+            sent += 1
+            if sent == 2:
+                aionative.close_engine()
+
+    messages = await _call(FileResponse(files / "big.bin"), {}, send_hook=hook)
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
+    assert body == data
+    assert open_fds_to(files / "big.bin") == 0
