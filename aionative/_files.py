@@ -46,6 +46,7 @@ import io
 import math
 import os
 import stat
+import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import Executor
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 S = TypeVar("S", str, bytes)
 
+_READ1_FLUSHES = sys.version_info >= (3, 13)  # BufferedRandom.read1 flushes its writes first
 _READAHEAD_MIN = 32 * 1024
 _READAHEAD_MAX = 1024 * 1024
 #: From this size on, ``read(n)`` / ``readinto(b)`` of a read-only regular file whose buffers
@@ -825,7 +827,7 @@ class AsyncBase(Generic[S]):
             eng.cancel(fut)
             raise
 
-    _flushing_tell = False  # tell() flushes the buffer first (TextIOWrapper's does)
+    _text_layer = False  # TextIOWrapper: its tell() and seek() flush the buffer first
 
     async def _land_appends(self) -> None:
         """In append mode a write's position is the end of file the kernel finds when the
@@ -847,10 +849,10 @@ class AsyncBase(Generic[S]):
         if not self._try_lock():
             await self._lock()
         try:
-            if self._flushing_tell:
+            if self._text_layer:
                 await self._land_appends()
             pos = self._run(self._file.tell)
-            if self._flushing_tell:  # a binary tell() leaves the buffer as it is
+            if self._text_layer:  # a binary tell() leaves the buffer as it is
                 self._dirty = 0
             await self._push()
             return int(pos)
@@ -867,7 +869,11 @@ class AsyncBase(Generic[S]):
         if not self._try_lock():
             await self._lock()
         try:
-            await self._land_appends()
+            if self._text_layer or not raw.reads_fd:
+                # TextIOWrapper's and BufferedWriter's seek() flush first; BufferedRandom's
+                # may not (a seek inside its read buffer): its own flush, if any, rewinds
+                # relative to the end the append finds (the raw layer's append_delta).
+                await self._land_appends()
             if whence == os.SEEK_END and raw.kind != STREAM and not raw.closed:
                 await self._refresh_size()
             await self._before_seek(offset, whence)
@@ -1605,7 +1611,7 @@ class AsyncFileIO(_BinaryBase):
 class AsyncTextIOWrapper(AsyncBase[str]):
     """Text modes: a ``TextIOWrapper``."""
 
-    _flushing_tell = True
+    _text_layer = True
 
     def __init__(self, file: Any, loop: asyncio.AbstractEventLoop | None = None,
                  executor: Executor | None = None, *, raw: WindowRaw | None = None,
@@ -1682,7 +1688,11 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         assert raw is not None and rules is not None
         if raw.closed or not raw.reads_fd:
             return self._run(fn, *args)
-        await self._land_appends()  # before fetching: the read starts where the append ends
+        if _READ1_FLUSHES or (lines == -2 and chars < 0):
+            # A read to the end flushes first and reads from where the append ended: land it
+            # before fetching. (Before 3.13, read(n), readline() and readlines() read through
+            # read1(), which does not flush: the write stays buffered.)
+            await self._land_appends()
         if self._needs_thread() or (lines == -2 and chars >= 0 and not rules.bounded):
             res = await self._run_blocking(fn, *args)
             await self._push()
