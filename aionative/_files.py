@@ -849,12 +849,16 @@ class AsyncBase(Generic[S]):
         if not self._try_lock():
             await self._lock()
         try:
-            if self._text_layer:
-                await self._land_appends()
             pos = self._run(self._file.tell)
+            raw = self._raw
+            landing = raw.appended and self._text_layer
             if self._text_layer:  # a binary tell() leaves the buffer as it is
                 self._dirty = 0
             await self._push()
+            if landing:
+                # TextIOWrapper's tell() flushed an append (after its own checks, which a
+                # flush made first would change) and answered before it landed: ask again.
+                pos = self._run(self._file.tell)
             return int(pos)
         except Exception:
             await self._push_after_error()

@@ -746,6 +746,33 @@ async def test_a_buffered_append_stays_buffered_where_the_builtin_keeps_it(
     assert results[1] == results[0]
 
 
+@pytest.mark.parametrize("mode", ["a", "a+"])
+@io_test
+async def test_a_text_tell_after_next_raises_as_the_builtin_in_append_mode(
+        tmp_path: Path, mode: str) -> None:
+    """readlines() (or next()) turns a text file's tell() off until a seek or flush; a write
+    buffered since does not turn it back on: tell() raises as the builtin's does. Landing the
+    write before the tell flushed the text layer first, which turned tell() back on (found
+    by the hypothesis differential: "a", readlines, write(""), tell)."""
+    outcomes = []
+    for name in ("ref", "ours"):
+        path = tmp_path / name
+        path.write_bytes(b"")
+        call = await _ref_or_ours(name, path, mode, -1)
+        try:
+            with contextlib.suppress(io.UnsupportedOperation):
+                await call("readlines")
+            await call("write", "x")
+            try:
+                outcomes.append(("ok", await call("tell")))
+            except OSError as exc:
+                outcomes.append(("raise", str(exc)))
+        finally:
+            await call("close")
+        assert path.read_bytes() == b"x"
+    assert outcomes[1] == outcomes[0]
+
+
 @pytest.mark.parametrize("mode", ["x", "x+", "xb", "xb+"])
 @io_test
 async def test_exclusive_creation(tmp_path: Path, mode: str) -> None:
