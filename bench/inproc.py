@@ -96,12 +96,28 @@ from typing import Any
 import aionative
 from aionative import _lowlevel
 from bench.common import DATA_DIR, take_lines
+from bench.meter import rss_peak_mib
 
 
 @types.coroutine
 def _bare_turn() -> Iterator[None]:
     """Let the loop turn once, as a budget-refused large read does (a bare ``yield``)."""
     yield
+
+
+async def _ticker(late: list[float], stop: list[bool]) -> None:
+    """A 1 ms ticker: how late each tick woke, in seconds, appended to ``late`` until
+    ``stop[0]`` (``perf_counter``: uvloop's own clock rounds timers to the millisecond)."""
+    while not stop[0]:
+        due = time.perf_counter() + 0.001
+        await asyncio.sleep(0.001)
+        late.append(time.perf_counter() - due)
+
+
+def _pct(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` (seconds), in ms."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3
 
 
 def _cpu() -> float:
@@ -298,12 +314,6 @@ async def w6_turns(n: int) -> None:
     ready: list[int] = []
     late: list[float] = []
 
-    async def ticker() -> None:
-        while not stop[0]:
-            t0 = time.perf_counter()
-            await asyncio.sleep(0.001)
-            late.append(time.perf_counter() - t0 - 0.001)
-
     def timed_run_once() -> None:
         ready.append(len(loop._ready))  # type: ignore[attr-defined]
         t0 = time.perf_counter()
@@ -311,7 +321,7 @@ async def w6_turns(n: int) -> None:
         turns.append(time.perf_counter() - t0)
 
     tasks = [asyncio.ensure_future(_w1_reader(fd, k, stop, offs)) for k in range(n)]
-    tasks.append(asyncio.ensure_future(ticker()))
+    tasks.append(asyncio.ensure_future(_ticker(late, stop)))
     await asyncio.sleep(0.2)
     late.clear()
     loop._run_once = timed_run_once  # type: ignore[attr-defined]
@@ -321,14 +331,10 @@ async def w6_turns(n: int) -> None:
     await asyncio.gather(*tasks)
     os.close(fd)
 
-    def pct(xs: list[float], q: float) -> float:
-        xs = sorted(xs)
-        return xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3
-
-    print(f"N={n}: {len(turns)} iterations, ms p50 {pct(turns, .5):.3f} / p99 "
-          f"{pct(turns, .99):.3f} / max {max(turns) * 1e3:.3f}; callbacks at the start of one: "
-          f"median {sorted(ready)[len(ready) // 2]}; ticker lateness ms p50 {pct(late, .5):.3f}"
-          f" / p99 {pct(late, .99):.3f} / max {max(late) * 1e3:.3f} ({len(late)} ticks)")
+    print(f"N={n}: {len(turns)} iterations, ms p50 {_pct(turns, .5):.3f} / p99 "
+          f"{_pct(turns, .99):.3f} / max {max(turns) * 1e3:.3f}; callbacks at the start of one: "
+          f"median {sorted(ready)[len(ready) // 2]}; ticker lateness ms p50 {_pct(late, .5):.3f}"
+          f" / p99 {_pct(late, .99):.3f} / max {max(late) * 1e3:.3f} ({len(late)} ticks)")
 
 
 async def w3_seq() -> None:
@@ -385,50 +391,35 @@ async def w3_lag(seconds: float) -> None:
     256 MiB, beside a 1 ms ticker: chunks/s, and how late the ticker woke (``perf_counter``;
     uvloop's own clock rounds timers to the millisecond)."""
     fd = _w1_hot_fd(256 << 20)
-    stop, late, chunks = False, [], 0
+    stop, chunks = [False], 0
+    late: list[float] = []
 
     async def reader() -> None:
         nonlocal chunks
         off = 0
-        while not stop:
+        while not stop[0]:
             await aionative.pread(fd, 1 << 20, off)
             chunks += 1
             off = (off + (1 << 20)) % (256 << 20)
 
-    async def ticker() -> None:
-        while not stop:
-            due = time.perf_counter() + 0.001
-            await asyncio.sleep(0.001)
-            late.append(time.perf_counter() - due)
-
-    tasks = [asyncio.ensure_future(reader()), asyncio.ensure_future(ticker())]
+    tasks = [asyncio.ensure_future(reader()), asyncio.ensure_future(_ticker(late, stop))]
     await asyncio.sleep(0.2)
     late.clear()
     c0, t0 = chunks, time.perf_counter()
     await asyncio.sleep(seconds)
     rate = (chunks - c0) / (time.perf_counter() - t0)
-    stop = True
+    stop[0] = True
     await asyncio.gather(*tasks)
     os.close(fd)
-    late.sort()
-    print(f"{rate:.0f} chunks/s; ticker late ms p50 {late[len(late) // 2] * 1e3:.3f} / p99 "
-          f"{late[int(0.99 * len(late))] * 1e3:.3f} / max {late[-1] * 1e3:.3f} "
-          f"({len(late)} ticks)")
+    print(f"{rate:.0f} chunks/s; ticker late ms p50 {_pct(late, 0.5):.3f} / p99 "
+          f"{_pct(late, 0.99):.3f} / max {max(late) * 1e3:.3f} ({len(late)} ticks)")
 
 
-def _reset_peak_rss() -> int:
-    """Reset this process's peak RSS (``VmHWM``) to its current RSS; that RSS, KiB."""
+def _reset_peak_rss() -> float:
+    """Reset this process's peak RSS (``VmHWM``) to its current RSS; that RSS, MiB."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    return _status_kib("VmHWM")
-
-
-def _status_kib(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {key} in /proc/self/status")
+    return rss_peak_mib()
 
 
 async def cold_whole(chunks: list[int]) -> None:
@@ -445,18 +436,13 @@ async def cold_whole(chunks: list[int]) -> None:
     names = ["os.pread", "1 pread"] + [f"{k} preads" for k in chunks]
     runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in names}
 
-    async def ticker(late: list[float]) -> None:
-        while True:
-            due = time.perf_counter() + 0.001
-            await asyncio.sleep(0.001)
-            late.append(time.perf_counter() - due)
-
     try:
         for _ in range(3):
             for name in names:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 late: list[float] = []
-                tick = asyncio.ensure_future(ticker(late))
+                stop = [False]
+                tick = asyncio.ensure_future(_ticker(late, stop))
                 await asyncio.sleep(0.005)
                 rss0 = _reset_peak_rss()
                 t0 = time.perf_counter()
@@ -468,9 +454,10 @@ async def cold_whole(chunks: list[int]) -> None:
                                                    for i in range(k)))
                     got = sum(map(len, parts))
                 dt = time.perf_counter() - t0
-                peak = (_status_kib("VmHWM") - rss0) / 1024
+                peak = rss_peak_mib() - rss0
                 await asyncio.sleep(0.002)
-                tick.cancel()
+                stop[0] = True
+                await tick
                 parts = []
                 if got != size:
                     raise RuntimeError(f"{name}: {got} bytes")
