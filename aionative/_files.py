@@ -396,18 +396,15 @@ class AsyncBase(Generic[S]):
     async def _finish_unfinished(self) -> None:
         """Writes a cancelled call left with the kernel: wait for them, then do the rest, and
         report their outcome to this call."""
-        landed = False
-        while self._unfinished:
-            await asyncio.shield(self._unfinished[0])
-            self._unfinished.pop(0).result()
-            landed = True
-        raw = self._raw
-        if landed and raw is not None and raw.appending and raw.kind != STREAM and \
-                not raw.closed:
-            # An append that landed after its call was cancelled: the position is the end
-            # it found, as _push_items measures it for one that did not.
-            raw.sync_append_position(os.lseek(raw._fd, 0, os.SEEK_END))
-            self._synced_pos = -1
+        if self._unfinished:
+            while self._unfinished:
+                await asyncio.shield(self._unfinished[0])
+                self._unfinished.pop(0).result()
+            raw = self._raw
+            if raw is not None and raw.appends_open():
+                # Appends that landed after their call was cancelled leave the position at the
+                # end they found, as the ones _push_items waited for do.
+                raw.sync_append_position(self._append_end())
         staged, self._unfinished_staged = self._unfinished_staged, []
         if staged:
             await self._push_list(staged)
@@ -596,8 +593,14 @@ class AsyncBase(Generic[S]):
         raw = self._raw
         assert raw is not None
         end = await self._push_items(staged)
-        if raw.appending and raw.kind != STREAM and not raw.closed:
+        if raw.appends_open():
             raw.sync_append_position(end)
+
+    def _append_end(self) -> int:
+        """The file's end right after an append landed (the position it leaves)."""
+        assert self._raw is not None
+        self._synced_pos = -1  # a caller's descriptor: _push_offset puts it back
+        return os.lseek(self._raw._fd, 0, os.SEEK_END)
 
     async def _push_items(self, staged: list[tuple[int, bytes | None]],
                           positional: bool = False) -> int:
@@ -654,8 +657,7 @@ class AsyncBase(Generic[S]):
                     self._after_failed_push(off, data, exc, staged, positional)
                     raise
             if data is not None and raw.appending and off >= 0:
-                end = os.lseek(fd, 0, os.SEEK_END)
-                self._synced_pos = -1  # a caller's descriptor: _push_offset puts it back
+                end = self._append_end()
         return end
 
     # --- the members every wrapper has ----------------------------------------------------
@@ -832,13 +834,13 @@ class AsyncBase(Generic[S]):
     async def _land_appends(self) -> None:
         """In append mode a write's position is the end of file the kernel finds when the
         write lands, which other writers (or a truncation) may have moved. The builtin's
-        truncate(), seek(), text tell() and reads in "+" modes flush the buffer and then go by
-        the position that write left: land what is buffered first, through the engine, so
-        the call runs after it. (Before, they went by the end known before the write:
-        truncate() cut another writer's data and this write off.)"""
+        truncate(), text seek(), a write-only seek() and a text read to the end flush the
+        buffer first and then go by the position that write left: land what is buffered,
+        through the engine, before the call runs. (Before, they went by the end known before
+        the write: truncate() cut another writer's data and this write off.) A text tell()
+        lands after it asks instead (see tell())."""
         raw = self._raw
-        if raw is not None and raw.appending and self._dirty and raw.kind != STREAM and \
-                not raw.closed:
+        if raw is not None and self._dirty and raw.appends_open():
             self._run(self._file.flush)
             self._dirty = 0
             await self._push()
@@ -1692,7 +1694,8 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         assert raw is not None and rules is not None
         if raw.closed or not raw.reads_fd:
             return self._run(fn, *args)
-        if _READ1_FLUSHES or (lines == -2 and chars < 0):
+        to_end = lines == -2 and chars < 0  # read(): everything to the end of the file
+        if _READ1_FLUSHES or to_end:
             # A read to the end flushes first and reads from where the append ended: land it
             # before fetching. (Before 3.13, read(n), readline() and readlines() read through
             # read1(), which does not flush: the write stays buffered.)
@@ -1701,7 +1704,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             res = await self._run_blocking(fn, *args)
             await self._push()
             return res
-        if lines == -1 or (lines == -2 and chars < 0):
+        if lines == -1 or to_end:
             await self._fetch_to_eof()
         else:
             # n characters come from at most 8n bytes only where decoding cannot drop bytes;

@@ -626,6 +626,10 @@ class WindowRaw(io.RawIOBase):
                 end = os.lseek(self._fd, 0, os.SEEK_END)
         self.sync_append_position(end)
 
+    def appends_open(self) -> bool:
+        """An open regular file in append mode: its position follows the appends' landing."""
+        return self.appending and self.kind != STREAM and not self.closed
+
     def sync_append_position(self, end: int) -> None:
         """After appending: the kernel wrote at the file's end, wherever other writers left
         it; the position is the end measured right after the last append landed, as FileIO's
