@@ -145,10 +145,10 @@ static PySendResult call_large_read(call_t *c, engine_t *e, int retry, PyObject 
     return call_outcome(c, res, result);
 }
 
-/* The retry after the turn: inline if the renewed budget (or its grace) admits it; else a
- * read goes to the kernel queue and a pwrite to the queue of refused calls. */
 static PySendResult call_start(call_t *c, PyObject **result);
 
+/* The retry after the turn: inline if the renewed budget (or its grace) admits it; else a
+ * read goes to the kernel queue and a pwrite to the queue of refused calls. */
 static PySendResult call_after_turn(call_t *c, PyObject **result)
 {
     engine_t *e = (engine_t *)c->eng;

@@ -388,6 +388,16 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
     Py_XDECREF(fut);
 }
 
+/* Whether a piece's answer may be followed by another piece (a retry or the rest). Not once the
+ * kernel was asked to cancel the operation — a close's drain cancels reads, as a pipe read
+ * might wait forever — except for a Linux AIO read on its O_DIRECT detour: a bounded read of a
+ * regular file in pieces, which a close would otherwise cut to a short result that reads as
+ * the end of the file. */
+static int op_may_go_on(const op_t *op)
+{
+    return !op->cancel_sent || op->detour;
+}
+
 void engine_complete(engine_t *e, uint32_t idx, int64_t res)
 {
     op_t *op = engine_slot(e, idx);
@@ -412,7 +422,7 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
      * under a signal storm: creating a worker thread fails while a signal is pending, see
      * docs/reliability.md): it never ran, so it is submitted again, like -EINTR. */
     if ((res == -EINTR || res == -EAGAIN || res == -ECANCELED) && op->retries < MAX_RETRIES &&
-        (!op->cancel_sent || op->detour) && op->kind != OP_CLOSE) {  /* detour: see below */
+        op_may_go_on(op) && op->kind != OP_CLOSE) {
         op->retries++;
         e->st.retries++;
         engine_enqueue(e, idx);
@@ -437,11 +447,7 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
         more = res > 0 && op->done < op->len;
         break;
     }
-    /* A close's drain cancels reads (a pipe read might wait forever), which ends them after
-     * the piece in hand; a Linux AIO read on its O_DIRECT detour is a bounded read of a
-     * regular file in pieces: it goes on, or the close would cut it to a short result that
-     * reads as the end of the file. */
-    if (more && (!op->cancel_sent || op->detour)) {
+    if (more && op_may_go_on(op)) {
         /* Every further piece of an operation larger than KERNEL_RW_MAX is a split, also
          * after a short piece (a buffered write under memory pressure may stop early), and so
          * is the next O_DIRECT piece of a Linux AIO read on its detour (kaio.c, DETOUR_MAX);

@@ -23,7 +23,11 @@
 /* O_DIRECT alignment used by the Linux AIO re-issue path: a multiple of every logical block
  * size up to 4 KiB, for memory address, length and offset alike. */
 #define DIO_ALIGN 4096u
-/* The most one Linux AIO O_DIRECT re-issue reads at once (see kaio.c). */
+/* The most one Linux AIO O_DIRECT re-issue reads (kaio.c, direct_setup): a larger read goes in
+ * pieces of this size, one after another, through one bounce buffer of this size. One piece of
+ * the whole read needed a second buffer as large as the caller's (a 256 MiB read held 512 MiB)
+ * and stopped the loop for its copy-out (~200 ms here: docs/benchmarks.md, "Session 15"); the
+ * block layer still splits each piece into requests the device takes at once. */
 #define DETOUR_MAX (4u << 20)
 
 /* Default wall time inline completions may take per loop iteration (see engine_t). */

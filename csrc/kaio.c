@@ -180,12 +180,6 @@ static int dcache_get(engine_t *e, int fd)
     return dfd;
 }
 
-/* DETOUR_MAX (engine.h) is the most one O_DIRECT re-issue reads: a larger read goes in
- * pieces of that size, one after another, through one bounce buffer of that size. One piece of
- * the whole read needed a second buffer as large as the caller's (a 256 MiB read held 512 MiB)
- * and stopped the loop for its copy-out (~180 ms here, see docs/benchmarks.md "Session 15");
- * the block layer still splits each piece into requests the device takes at once. */
-
 /* Turn the op's current piece into an O_DIRECT read of the aligned superset, at most
  * DETOUR_MAX of it, ending on a block boundary so that the next piece starts on one. 0,
  * -ESPIPE (a stream: no positional reads), or -1 (no O_DIRECT to be had). The descriptor and
