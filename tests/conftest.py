@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import mmap
 import os
 import time
 import types
@@ -150,14 +151,54 @@ def linux_aio() -> Iterator[str]:
 
 
 def cold_file(path: Path, size: int) -> tuple[int, bytes]:
-    """Write `size` random bytes, make the pages clean and evict them: the next reads are cold.
-    Returns an open read-only descriptor (the caller closes it) and the data."""
+    """Write `size` random bytes that the page cache does not hold: the next reads are cold.
+    Returns an open read-only descriptor (the caller closes it) and the data.
+
+    The whole blocks go through O_DIRECT, so no page of them is ever cached. Evicting
+    written pages afterwards (fsync, then POSIX_FADV_DONTNEED) is best effort: now and then
+    the kernel kept every page of a freshly written 16 MiB file, and a read meant to be cold
+    was answered from the cache. Only the tail (and a filesystem without O_DIRECT) relies on
+    eviction."""
     data = os.urandom(size)
-    path.write_bytes(data)
+    whole = size & ~(_BLOCK - 1)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        done = _write_direct(path, data, whole)
+        os.pwrite(fd, data[done:], done)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     fd = os.open(path, os.O_RDONLY)
-    os.fsync(fd)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     return fd, data
+
+
+_BLOCK = 4096  # a multiple of every logical block size O_DIRECT asks alignment to
+
+
+def _write_direct(path: Path, data: bytes, size: int) -> int:
+    """Write ``data[:size]`` (whole blocks) through an O_DIRECT descriptor: how many bytes
+    went that way (0 where the filesystem has no O_DIRECT)."""
+    try:
+        dfd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+    except OSError:
+        return 0
+    step = 1 << 20
+    buf = mmap.mmap(-1, step)  # page-aligned, as O_DIRECT wants
+    done = 0
+    try:
+        while done < size:
+            n = min(step, size - done)
+            buf[:n] = data[done:done + n]
+            try:
+                wrote = os.pwrite(dfd, memoryview(buf)[:n], done)
+            except OSError:
+                break  # the filesystem refused O_DIRECT writes: the rest goes buffered
+            done += wrote
+    finally:
+        buf.close()
+        os.close(dfd)
+    return done
 
 
 def evict(path: Path) -> None:
