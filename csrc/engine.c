@@ -59,6 +59,7 @@ static uint32_t slot_alloc(engine_t *e)
     memset(op, 0, sizeof *op);
     op->next = OP_NONE;
     op->direct_fd = -1;
+    op->direct_slot = -1;
     e->live++;
     return idx;
 }
@@ -368,11 +369,8 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
         e->pinned--;
     free(op->bounce);  /* posix_memalign()ed */
     op->bounce = NULL;
-    if (op->direct_fd >= 0) {
-        close(op->direct_fd);
-        op->direct_fd = -1;
-        g_count.direct_fds--;
-    }
+    if (op->direct_fd >= 0)
+        kaio_direct_release(e, op);
     slot_free(e, idx);
     if (view.obj)
         PyBuffer_Release(&view);
@@ -390,12 +388,20 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
 
 /* Whether a piece's answer may be followed by another piece (a retry or the rest). Not once the
  * kernel was asked to cancel the operation — a close's drain cancels reads, as a pipe read
- * might wait forever — except for a Linux AIO read on its O_DIRECT detour: a bounded read of a
- * regular file in pieces, which a close would otherwise cut to a short result that reads as
- * the end of the file. */
-static int op_may_go_on(const op_t *op)
+ * might wait forever — except for a bounded read of a regular file in pieces, which a close
+ * would otherwise cut to a short result that reads as the end of the file: a Linux AIO read on
+ * its O_DIRECT detour, or one whose RWF_NOWAIT piece found only part of its range cached. And
+ * never when nobody will receive the result (the loop is gone): the rest is not read. */
+static int op_may_go_on(const engine_t *e, const op_t *op)
 {
-    return !op->cancel_sent || op->detour;
+    if (!op->cancel_sent)
+        return 1;
+    if (e->drop_results)
+        return 0;
+    if (op->detour)
+        return 1;
+    struct stat st;
+    return op->nowait && fstat(op->fd, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 void engine_complete(engine_t *e, uint32_t idx, int64_t res)
@@ -422,7 +428,7 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
      * under a signal storm: creating a worker thread fails while a signal is pending, see
      * docs/reliability.md): it never ran, so it is submitted again, like -EINTR. */
     if ((res == -EINTR || res == -EAGAIN || res == -ECANCELED) && op->retries < MAX_RETRIES &&
-        op_may_go_on(op) && op->kind != OP_CLOSE) {
+        op_may_go_on(e, op) && op->kind != OP_CLOSE) {
         op->retries++;
         e->st.retries++;
         engine_enqueue(e, idx);
@@ -447,7 +453,7 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
         more = res > 0 && op->done < op->len;
         break;
     }
-    if (more && op_may_go_on(op)) {
+    if (more && op_may_go_on(e, op)) {
         /* Every further piece of an operation larger than KERNEL_RW_MAX is a split, also
          * after a short piece (a buffered write under memory pressure may stop early), and so
          * is the next O_DIRECT piece of a Linux AIO read on its detour (kaio.c, DETOUR_MAX);
@@ -1710,10 +1716,11 @@ PyObject *engine_counters(PyObject *m, PyObject *unused)
         pinned += e->pinned;
         inkernel += e->in_kernel;
     }
-    return Py_BuildValue("{sl,sl,sl,sl,sl,sl,sl,sl,sl,sl}", "engines", g_count.engines,
+    return Py_BuildValue("{sl,sl,sl,sl,sl,sl,sl,sl,sl,sl,sl}", "engines", g_count.engines,
                          "rings", g_count.rings, "eventfds", g_count.eventfds, "aio_contexts",
                          g_count.aio_contexts, "aio_pooled", g_count.aio_pooled, "direct_fds",
-                         g_count.direct_fds, "live_ops", ops, "pinned_buffers", pinned,
+                         g_count.direct_fds, "direct_parked", g_count.direct_parked,
+                         "live_ops", ops, "pinned_buffers", pinned,
                          "in_kernel", inkernel, "fork_generation",
                          (long)engine_fork_generation);
 }

@@ -91,6 +91,8 @@ typedef struct op {
     uint8_t cancel_sent;    /* the kernel was asked to cancel it (close drains reads so) */
     uint8_t opened;         /* openat: the kernel returned a descriptor, in `done`; closed
                              * by op_finish if it is not delivered */
+    int8_t direct_slot;     /* kaio: the engine's descriptor-cache entry `direct_fd` is from
+                             * (holding a reference to it), -1 for a descriptor of its own */
     uint32_t kslot;         /* backend's index for the piece (kaio: its iocb) */
     int fd;
     PyObject *future;       /* owned; until resolved or dropped */
@@ -109,10 +111,10 @@ typedef struct op {
     uint64_t done;          /* bytes transferred so far (openat: the new descriptor) */
     int64_t off;            /* file offset of buf[0] */
     uint32_t cur;           /* length of the piece now with the kernel */
-    int direct_fd;          /* kaio: owned dup of the cached O_DIRECT descriptor from the
-                             * first re-issue to the operation's end (a cache eviction never
-                             * closes a number a pending iocb names, and later pieces never
-                             * look up the caller's descriptor number again) */
+    int direct_fd;          /* kaio: the O_DIRECT descriptor of the file the operation reads
+                             * through from its first re-issue to its end (later pieces never
+                             * look up the caller's descriptor number again); let go by
+                             * kaio_direct_release */
     void *bounce;           /* kaio: owned aligned buffer of the O_DIRECT re-issues, kept from
                              * piece to piece, freed with the slot */
     uint64_t bounce_off;    /* kaio: file offset of bounce[0] for the piece now with the kernel */
@@ -133,7 +135,8 @@ typedef struct stats {
     uint64_t nowait_eagain;   /* kaio: RWF_NOWAIT reads that would have blocked */
     uint64_t direct_reissues; /* kaio: O_DIRECT pieces: the re-issues of those, and the
                                * further pieces (and retries) of reads on that detour */
-    uint64_t direct_refused;  /* kaio: O_DIRECT unavailable; read done blocking in io_submit */
+    uint64_t direct_refused;  /* kaio: O_DIRECT unavailable (or the file POSIX-locked by this
+                               * process); read done blocking in io_submit */
     uint64_t nowait_unsupported; /* kaio: RWF_NOWAIT refused for the file; read done blocking */
     uint64_t cancels;         /* cancellation requests */
     uint64_t cq_overflow;     /* io_uring: CQ overflow flushes */
@@ -196,11 +199,15 @@ typedef struct uring {
     uint64_t opmask[4];       /* opcodes the kernel supports (IORING_REGISTER_PROBE) */
 } uring_t;
 
+/* O_DIRECT descriptors shared by the reads on the detour at the same time (concurrent cold
+ * reads of one file open it once). Only while some read holds one: when the last lets go,
+ * all are closed, so none keeps a file its caller closed and deleted (and its space). */
 typedef struct dcache_ent {
-    int fd;                   /* the caller's descriptor */
-    int dfd;                  /* our O_DIRECT descriptor of the same file, -1 if refused */
+    int fd;                   /* the caller's descriptor number it was opened through */
+    int dfd;                  /* our O_DIRECT descriptor of that file; -1: a free entry */
     dev_t dev;
     ino_t ino;
+    unsigned refs;            /* operations reading through it */
 } dcache_ent;
 
 #define DCACHE_SIZE 16
@@ -215,7 +222,7 @@ typedef struct kaio {
     uint32_t *free_iocbs;     /* stack of free iocb indexes */
     unsigned nfree_iocbs;
     dcache_ent dcache[DCACHE_SIZE];
-    unsigned dcache_next;
+    unsigned dcache_refs;     /* operations holding an entry; at 0 every entry is closed */
 } kaio_t;
 
 typedef struct engine {
@@ -412,6 +419,10 @@ int engine_supports(engine_t *e, int kind);
 int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen);
 void kaio_pool_drain(void);
 void kaio_after_fork_child(void);
+/* The operation lets go of its O_DIRECT descriptor of the detour (its reference to a cache
+ * entry, or its own). A descriptor closed is kept open instead while this process holds a
+ * POSIX record lock on its file: closing any descriptor of a file drops them all. */
+void kaio_direct_release(engine_t *e, op_t *op);
 
 /* Fault injection: a test-only mechanism compiled into every build (one load per call site).
  * A point armed with (errno, count, after) lets `after` calls pass, then makes the next
@@ -450,7 +461,7 @@ static inline int fault_hit(enum fault_point p)
 
 /* Process-wide resource counters (read by tests: every one returns to its start). */
 typedef struct gcounters {
-    long engines, rings, eventfds, aio_contexts, aio_pooled, direct_fds;
+    long engines, rings, eventfds, aio_contexts, aio_pooled, direct_fds, direct_parked;
 } gcounters_t;
 extern gcounters_t g_count;
 

@@ -4,7 +4,8 @@
  * Linux AIO is asynchronous only for O_DIRECT; a buffered read would run inside io_submit, on
  * the loop's thread. So buffered reads go with RWF_NOWAIT (4.14): a read that would block
  * completes with -EAGAIN, and is re-issued as an O_DIRECT read of the aligned superset through
- * a second, O_DIRECT descriptor of the same file, then copied out.
+ * a second, O_DIRECT descriptor of the same file, then copied out. Closing that descriptor
+ * would drop the process's POSIX record locks on the file: see holds_posix_lock.
  *
  * fs.aio-max-nr is a system-wide budget, so contexts are small and kept in a process-wide
  * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
@@ -133,51 +134,149 @@ int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen)
 
 /* ---------------------------------------------------------------- O_DIRECT descriptors */
 
-static void dcache_drop(dcache_ent *d)
+/* Closing any descriptor of a file drops every POSIX record lock (fcntl F_SETLK, lockf) this
+ * process holds on it. Whether it holds one: an open file description's lock (F_OFD_GETLK,
+ * 3.15) conflicts with the process's own POSIX locks, which it reports with this process's
+ * pid. Every lock on the file is looked at, range after range; a lock of another owner to the
+ * end of the file hides what lies under it, and then the answer is yes, as it is when the
+ * kernel cannot tell. */
+static int holds_posix_lock(int fd)
 {
-    if (d->dfd >= 0) {
-        close(d->dfd);  /* in-flight iocbs hold their own reference to the file */
-        g_count.direct_fds--;
+    pid_t me = getpid();
+    off_t start = 0;
+    for (int i = 0; i < 64; i++) {
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start};
+        if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
+            return 1;
+        if (fl.l_type == F_UNLCK)
+            return 0;
+        if (fl.l_pid == me)
+            return 1;
+        if (fl.l_len == 0)
+            return 1;
+        start = fl.l_start + fl.l_len;
     }
-    d->fd = d->dfd = -1;
+    return 1;
 }
 
-/* Our O_DIRECT descriptor for the file behind `fd`; -ESPIPE for a pipe or socket (pread(2)
- * refuses those), -1 when there is none to have (not a regular file, or the filesystem or
- * permissions refuse it). Keyed by (fd, dev, inode) so a reused descriptor number never
- * reads another file. */
-static int dcache_get(engine_t *e, int fd)
+/* Descriptors kept open because the process held a POSIX lock on their file when they were
+ * let go. Closed once it holds none: looked at whenever another is closed, and when an
+ * engine closes. Process-wide: a lock outlives the engine whose read took the detour. */
+static int *parked;
+static unsigned nparked, parked_cap;
+
+static void parked_sweep(void)
+{
+    unsigned kept = 0;
+    for (unsigned i = 0; i < nparked; i++) {
+        if (holds_posix_lock(parked[i])) {
+            parked[kept++] = parked[i];
+        } else {
+            close(parked[i]);
+            g_count.direct_parked--;
+        }
+    }
+    nparked = kept;
+}
+
+static void direct_close(int dfd)
+{
+    g_count.direct_fds--;
+    if (nparked)
+        parked_sweep();
+    if (!holds_posix_lock(dfd)) {
+        close(dfd);
+        return;
+    }
+    g_count.direct_parked++;
+    if (nparked == parked_cap) {
+        unsigned cap = parked_cap ? 2 * parked_cap : 8;
+        int *grown = realloc(parked, cap * sizeof *parked);
+        if (!grown)
+            return;  /* left open for the process's life: a lock is worth more than a number */
+        parked = grown;
+        parked_cap = cap;
+    }
+    parked[nparked++] = dfd;
+}
+
+static void dcache_clear(kaio_t *a)
+{
+    for (unsigned i = 0; i < DCACHE_SIZE; i++) {
+        dcache_ent *d = &a->dcache[i];
+        if (d->dfd >= 0)
+            direct_close(d->dfd);  /* in-flight iocbs hold their own reference to the file */
+        d->fd = d->dfd = -1;
+        d->refs = 0;
+    }
+}
+
+void kaio_direct_release(engine_t *e, op_t *op)
+{
+    kaio_t *a = &e->b.aio;
+    if (op->direct_slot >= 0) {
+        a->dcache[op->direct_slot].refs--;
+        if (--a->dcache_refs == 0)
+            dcache_clear(a);
+    } else {
+        direct_close(op->direct_fd);
+    }
+    op->direct_fd = -1;
+    op->direct_slot = -1;
+}
+
+/* Give the op an O_DIRECT descriptor of the file behind its `fd` (op->direct_fd: a cache
+ * entry's, or its own when every entry is in use): 0; -ESPIPE for a pipe or socket (pread(2)
+ * refuses those); -1 when there is none to have: not a regular file, the filesystem or
+ * permissions refuse it, or this process holds a POSIX record lock on the file (closing the
+ * descriptor would drop it). Keyed by (fd, dev, inode): a reused number never reads another
+ * file. */
+static int direct_open(engine_t *e, op_t *op)
 {
     kaio_t *a = &e->b.aio;
     struct stat st;
-    if (fstat(fd, &st) < 0)
+    if (fstat(op->fd, &st) < 0)
         return -1;
     if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
         return -ESPIPE;
     if (!S_ISREG(st.st_mode))
         return -1;
-    dcache_ent *slot = NULL;
-    for (unsigned i = 0; i < DCACHE_SIZE; i++) {
+    int slot = -1;
+    for (int i = 0; i < DCACHE_SIZE; i++) {
         dcache_ent *d = &a->dcache[i];
-        if (d->fd != fd)
-            continue;
-        if (d->dev == st.st_dev && d->ino == st.st_ino)
-            return d->dfd;
-        slot = d;  /* the number now names another file */
+        if (d->dfd >= 0 && d->fd == op->fd && d->dev == st.st_dev && d->ino == st.st_ino) {
+            slot = i;
+            goto found;
+        }
+        if (slot < 0 && d->refs == 0)
+            slot = i;  /* free, or held by no read: may be reused */
     }
-    if (!slot)
-        slot = &a->dcache[a->dcache_next++ % DCACHE_SIZE];
-    dcache_drop(slot);
+    if (holds_posix_lock(op->fd))
+        return -1;
     char path[40];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    snprintf(path, sizeof path, "/proc/self/fd/%d", op->fd);
     int dfd = fault_hit(FP_DIRECT_OPEN) ? -1 : open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (dfd >= 0)
-        g_count.direct_fds++;
-    slot->fd = fd;
-    slot->dfd = dfd;
-    slot->dev = st.st_dev;
-    slot->ino = st.st_ino;
-    return dfd;
+    if (dfd < 0)
+        return -1;
+    g_count.direct_fds++;
+    if (slot < 0) {  /* every entry in use by a read: this one's own */
+        op->direct_fd = dfd;
+        op->direct_slot = -1;
+        return 0;
+    }
+    dcache_ent *d = &a->dcache[slot];
+    if (d->dfd >= 0)
+        direct_close(d->dfd);
+    d->fd = op->fd;
+    d->dfd = dfd;
+    d->dev = st.st_dev;
+    d->ino = st.st_ino;
+found:
+    a->dcache[slot].refs++;
+    a->dcache_refs++;
+    op->direct_fd = a->dcache[slot].dfd;
+    op->direct_slot = (int8_t)slot;
+    return 0;
 }
 
 /* Turn the op's current piece into an O_DIRECT read of the aligned superset, at most
@@ -195,16 +294,9 @@ static int direct_setup(engine_t *e, op_t *op)
     uint64_t start = pos & ~(uint64_t)(DIO_ALIGN - 1);
     uint64_t end = (pos + cur + DIO_ALIGN - 1) & ~(uint64_t)(DIO_ALIGN - 1);
     if (op->direct_fd < 0) {  /* first: a pipe or a file without O_DIRECT needs no buffer */
-        int cached = dcache_get(e, op->fd);
-        if (cached < 0)
-            return cached;
-        /* The op owns a duplicate: evicting the cache entry meanwhile must not close (and
-         * let open() reuse) a number this iocb names. */
-        int dfd = fcntl(cached, F_DUPFD_CLOEXEC, 0);
-        if (dfd < 0)
-            return -1;
-        g_count.direct_fds++;
-        op->direct_fd = dfd;
+        int rc = direct_open(e, op);
+        if (rc < 0)
+            return rc;
     }
     if (end - start > op->bounce_cap) {
         void *bounce = NULL;
@@ -221,7 +313,8 @@ static int direct_setup(engine_t *e, op_t *op)
     return 0;
 }
 
-/* Bytes of the op's piece that the finished O_DIRECT read delivered, copied out. */
+/* Bytes of the op's piece that the finished O_DIRECT read delivered, copied out (not into
+ * the buffer of a read its caller has cancelled). */
 static int64_t direct_finish(op_t *op, int64_t res)
 {
     if (res >= 0) {
@@ -231,7 +324,8 @@ static int64_t direct_finish(op_t *op, int64_t res)
             n = 0;
         if (n > op->cur)
             n = op->cur;
-        memcpy(op->buf + op->done, (char *)op->bounce + skip, (size_t)n);
+        if (!op->abandoned)
+            memcpy(op->buf + op->done, (char *)op->bounce + skip, (size_t)n);
         res = n;
     }
     op->direct = 0;
@@ -317,7 +411,9 @@ static void k_result(engine_t *e, uint32_t idx, int64_t res)
 {
     op_t *op = engine_slot(e, idx);
     if (op->direct) {
-        if (res == -EINVAL) {  /* the filesystem refused this O_DIRECT read */
+        /* The filesystem refused this O_DIRECT read: read plainly, if anyone is waiting (the
+         * plain read blocks in io_submit, and names the caller's descriptor number). */
+        if (res == -EINVAL && !op->abandoned && !e->drop_results) {
             direct_finish(op, res);
             e->st.direct_refused++;
             op->detour = 0;
@@ -458,9 +554,9 @@ static void k_cancel(engine_t *e, uint32_t idx)
 static void k_destroy(engine_t *e)
 {
     kaio_t *a = &e->b.aio;
-    for (unsigned i = 0; i < DCACHE_SIZE; i++)
-        if (a->dcache[i].dfd >= 0 || a->dcache[i].fd >= 0)
-            dcache_drop(&a->dcache[i]);
+    dcache_clear(a);
+    if (nparked)
+        parked_sweep();
     if (a->ctx) {
         if (e->fork_gen == engine_fork_generation)
             ctx_give_back((aio_context_t)a->ctx, a->nr);

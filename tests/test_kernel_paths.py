@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import mmap
 import os
 import random
+import struct
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import pytest
 import aionative
 from aionative import _core
 
-from .conftest import cold_file
+from .conftest import cold_file, open_fds_to
 
 pytestmark = pytest.mark.asyncio
 
@@ -408,6 +410,115 @@ async def test_closing_the_engine_lets_a_read_on_its_detour_finish(tmp_path: Pat
             finally:
                 _core.clear_faults()
             assert len(got) == len(data) and got == data, what
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+
+
+def _my_posix_lock(path: Path) -> bool:
+    """Whether this process holds a POSIX record lock on ``path`` (asked through a new open
+    file description, whose OFD lock would conflict with it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        query = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        kind, _, _, _, pid = struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_OFD_GETLK, query))
+        return kind != fcntl.F_UNLCK and pid == os.getpid()
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.usefixtures("linux_aio")
+async def test_linux_aio_a_cold_read_leaves_the_posix_locks_on_its_file(tmp_path: Path) -> None:
+    """Closing any descriptor of a file drops every POSIX record lock (fcntl, lockf) the
+    process holds on it, so the detour's own O_DIRECT descriptor must not drop the caller's.
+    A file locked before the read is read plainly (no detour); one locked while the read is on
+    its detour keeps its descriptor open (parked) until the lock is gone. The detour's close
+    released the lock: another process could take it in the middle of the caller's update."""
+    path = tmp_path / "locked"
+    fd, data = cold_file(path, 4 * _core.DETOUR_MAX)
+    lk = os.open(path, os.O_RDWR)
+    aionative.set_inline_budget(0)
+    try:
+        fcntl.lockf(lk, fcntl.LOCK_EX)
+        before = aionative.engine_stats()
+        assert await aionative.pread(fd, len(data), 0) == data
+        stats = aionative.engine_stats()
+        assert stats["direct_reissues"] == before["direct_reissues"]
+        assert stats["direct_refused"] > before["direct_refused"]
+        assert _my_posix_lock(path), "the read dropped the lock held before it"
+        fcntl.lockf(lk, fcntl.LOCK_UN)
+
+        for _attempt in range(3):  # the device may answer the first probe from readahead
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            before = aionative.engine_stats()
+            task = asyncio.ensure_future(aionative.pread(fd, len(data), 0))
+            while (aionative.engine_stats()["direct_reissues"] == before["direct_reissues"]
+                   and not task.done()):
+                await asyncio.sleep(0)
+            if not task.done():
+                break
+            assert await task == data
+        assert not task.done(), "three reads ended before their detour began"
+        fcntl.lockf(lk, fcntl.LOCK_EX)  # taken while the detour's descriptor is open
+        assert await task == data
+        assert _my_posix_lock(path), "the end of the detour dropped the lock taken during it"
+        assert _core.debug_counters()["direct_parked"] == 1
+        fcntl.lockf(lk, fcntl.LOCK_UN)
+        aionative.close_engine()  # looks at the parked descriptor again: no lock, closed
+        assert _core.debug_counters()["direct_parked"] == 0
+        assert open_fds_to(path) == 2  # the caller's two
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+        os.close(lk)
+
+
+@pytest.mark.usefixtures("linux_aio")
+async def test_linux_aio_a_cold_reads_descriptor_ends_with_it(tmp_path: Path) -> None:
+    """The detour's O_DIRECT descriptor is the read's own and is closed when it ends: none is
+    left open on the file after the caller closed it. Kept in a cache for the engine's life,
+    it held a deleted file (and its space) open until the loop closed."""
+    path = tmp_path / "cold"
+    fd, data = cold_file(path, 2 * _core.DETOUR_MAX)
+    aionative.set_inline_budget(0)
+    try:
+        before = aionative.engine_stats()["direct_reissues"]
+        assert await aionative.pread(fd, len(data), 0) == data
+        assert aionative.engine_stats()["direct_reissues"] > before, "no detour taken"
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+    assert open_fds_to(path) == 0
+    path.unlink()
+    assert open_fds_to(Path(f"{path} (deleted)")) == 0
+
+
+async def test_closing_the_engine_lets_a_partly_cached_read_finish(backend: str,
+                                                                   tmp_path: Path) -> None:
+    """close_engine() while a read of a file whose first half is cached and the rest is not:
+    the whole range comes back. On Linux AIO the RWF_NOWAIT piece returns the cached half,
+    and the close's drain stopped the read there, before its detour: a short result, what a
+    caller reads as the end of the file."""
+    size = 1 << 20
+    path = tmp_path / "half"
+    fd, data = cold_file(path, size)
+    aionative.set_inline_budget(0)
+    try:
+        for how in ("prepared", "awaited"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            warm = os.open(path, os.O_RDONLY)
+            os.posix_fadvise(warm, 0, 0, os.POSIX_FADV_RANDOM)  # exactly the first half
+            for off in range(0, size // 2, 4096):
+                os.pread(warm, 4096, off)
+            os.close(warm)
+            if how == "prepared":
+                read: Any = aionative.get_engine().pread(fd, size, 0)
+            else:
+                read = asyncio.ensure_future(aionative.pread(fd, size, 0))
+                await asyncio.sleep(0)  # queued for the iteration's flush
+            aionative.close_engine()
+            got = await asyncio.wait_for(read, 30)
+            assert len(got) == size and got == data, how
     finally:
         aionative.set_inline_budget(None)
         os.close(fd)

@@ -12,13 +12,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import aionative
 from aionative import _core
 
-from .conftest import LOOP_FACTORIES
+from .conftest import LOOP_FACTORIES, cold_file
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
@@ -272,3 +273,40 @@ def test_an_engine_closed_outside_the_library_leaves_no_reader(
                           check=False, cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", (proc.returncode,
                                                                   proc.stderr[-2000:])
+
+
+@pytest.mark.usefixtures("linux_aio")
+def test_closing_an_engine_after_its_loop_reads_no_more_of_a_detour(tmp_path: Path) -> None:
+    """The loop closed while a read is on its detour: nobody can receive the result, so the
+    engine's close lets the piece with the kernel finish and reads no further one. It read the
+    rest of the file, piece after piece, inside close() (127 pieces of 4 MiB, a second, for
+    a 512 MiB read)."""
+    size = 16 * _core.DETOUR_MAX
+    fd, _ = cold_file(tmp_path / "cold", size)
+
+    async def start() -> tuple[Any, Any]:
+        eng = aionative.get_engine()
+        before = eng.stats()["direct_reissues"]
+        fut = eng.pread(fd, size, 0)
+        while eng.stats()["direct_reissues"] == before and not fut.done():
+            await asyncio.sleep(0)
+        return eng, fut
+
+    aionative.set_inline_budget(0)
+    try:
+        for _attempt in range(3):  # the device may answer the first probe from readahead
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            loop = asyncio.new_event_loop()
+            try:
+                eng, fut = loop.run_until_complete(start())
+            finally:
+                loop.close()
+            on_detour = eng.stats()["direct_reissues"]
+            eng.close()
+            if not fut.done() or on_detour > 1:
+                break
+        assert on_detour > 0, "three reads ended before their detour began"
+        assert eng.stats()["direct_reissues"] == on_detour
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
