@@ -200,8 +200,8 @@ typedef struct uring {
 } uring_t;
 
 /* O_DIRECT descriptors shared by the reads on the detour at the same time (concurrent cold
- * reads of one file open it once). Only while some read holds one: when the last lets go,
- * all are closed, so none keeps a file its caller closed and deleted (and its space). */
+ * reads of one file open it once). Only while some read holds one: when the file's last lets
+ * go, it is closed, so none keeps a file its caller closed and deleted (and its space). */
 typedef struct dcache_ent {
     int fd;                   /* the caller's descriptor number it was opened through */
     int dfd;                  /* our O_DIRECT descriptor of that file; -1: a free entry */
@@ -222,7 +222,6 @@ typedef struct kaio {
     uint32_t *free_iocbs;     /* stack of free iocb indexes */
     unsigned nfree_iocbs;
     dcache_ent dcache[DCACHE_SIZE];
-    unsigned dcache_refs;     /* operations holding an entry; at 0 every entry is closed */
 } kaio_t;
 
 typedef struct engine {

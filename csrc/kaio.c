@@ -135,28 +135,66 @@ int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen)
 /* ---------------------------------------------------------------- O_DIRECT descriptors */
 
 /* Closing any descriptor of a file drops every POSIX record lock (fcntl F_SETLK, lockf) this
- * process holds on it. Whether it holds one: an open file description's lock (F_OFD_GETLK,
- * 3.15) conflicts with the process's own POSIX locks, which it reports with this process's
- * pid. Every lock on the file is looked at, range after range; a lock of another owner to the
- * end of the file hides what lies under it, and then the answer is yes, as it is when the
- * kernel cannot tell. */
+ * process holds on it; OFD and flock() locks belong to their open file description and stay.
+ * Whether the process holds one on the file behind `fd`. Mostly answered by one call: an open
+ * file description's lock (F_OFD_GETLK, 3.15) conflicts with every lock on the file but that
+ * description's own OFD locks, so none in the way means no POSIX lock of ours. When some lock
+ * is there, the kernel names only one (the first of its list, not the lowest range: it may
+ * hide ours), so /proc/locks is read for a POSIX lock of this pid on this inode (the device is
+ * not compared: /proc/locks prints the superblock's, which is not st_dev on every
+ * filesystem; another file's inode number can only make the answer a needless yes). Yes,
+ * too, when the kernel cannot tell. */
 static int holds_posix_lock(int fd)
 {
-    pid_t me = getpid();
-    off_t start = 0;
-    for (int i = 0; i < 64; i++) {
-        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = start};
-        if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
-            return 1;
-        if (fl.l_type == F_UNLCK)
-            return 0;
-        if (fl.l_pid == me)
-            return 1;
-        if (fl.l_len == 0)
-            return 1;
-        start = fl.l_start + fl.l_len;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK)
+        return 0;
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return 1;
+    int lf = open("/proc/locks", O_RDONLY | O_CLOEXEC);
+    if (lf < 0)
+        return 1;
+    size_t cap = 1 << 16, len = 0;
+    char *text = malloc(cap + 1);
+    ssize_t n = 0;
+    while (text && (n = read(lf, text + len, cap - len)) > 0) {
+        len += (size_t)n;
+        if (len == cap) {
+            char *grown = cap < (16u << 20) ? realloc(text, 2 * cap + 1) : NULL;
+            if (!grown) {
+                free(text);
+                text = NULL;
+                break;
+            }
+            text = grown;
+            cap *= 2;
+        }
     }
-    return 1;
+    close(lf);
+    if (!text || n < 0) {
+        free(text);
+        return 1;
+    }
+    text[len] = '\0';
+    /* "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's line has "->" first. */
+    long me = (long)getpid();
+    int held = 0;
+    for (char *line = text; line && *line && !held; ) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char kind[16], mode[16], rw[16];
+        long pid;
+        unsigned maj, min;
+        unsigned long ino;
+        if (sscanf(line, "%*d: %15s %15s %15s %ld %x:%x:%lu", kind, mode, rw, &pid, &maj, &min,
+                   &ino) == 7)
+            held = strcmp(kind, "POSIX") == 0 && pid == me && ino == (unsigned long)st.st_ino;
+        line = next;
+    }
+    free(text);
+    return held;
 }
 
 /* Descriptors kept open because the process held a POSIX lock on their file when they were
@@ -215,9 +253,11 @@ void kaio_direct_release(engine_t *e, op_t *op)
 {
     kaio_t *a = &e->b.aio;
     if (op->direct_slot >= 0) {
-        a->dcache[op->direct_slot].refs--;
-        if (--a->dcache_refs == 0)
-            dcache_clear(a);
+        dcache_ent *d = &a->dcache[op->direct_slot];
+        if (--d->refs == 0) {  /* the file's last read on the detour has ended */
+            direct_close(d->dfd);
+            d->fd = d->dfd = -1;
+        }
     } else {
         direct_close(op->direct_fd);
     }
@@ -249,7 +289,7 @@ static int direct_open(engine_t *e, op_t *op)
             goto found;
         }
         if (slot < 0 && d->refs == 0)
-            slot = i;  /* free, or held by no read: may be reused */
+            slot = i;  /* free (an entry no read holds is closed) */
     }
     if (holds_posix_lock(op->fd))
         return -1;
@@ -273,7 +313,6 @@ static int direct_open(engine_t *e, op_t *op)
     d->ino = st.st_ino;
 found:
     a->dcache[slot].refs++;
-    a->dcache_refs++;
     op->direct_fd = a->dcache[slot].dfd;
     op->direct_slot = (int8_t)slot;
     return 0;
