@@ -68,6 +68,12 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         alternating, three passes: GB/s, peak RSS above the RSS before, and the longest a
         1 ms ticker beside it waited (medians). Whether splitting a large read helps.
 
+    python -m bench.inproc cold-rand [--n 16] [--backend linux_aio]
+        Cold random 4 KiB ``aionative.pread``s of W1's file (its pages dropped, readahead off)
+        by N tasks, 4000 a pass, three passes: reads/s and CPU µs a read (medians), and how
+        many took Linux AIO's ``O_DIRECT`` detour. Under ``strace -f -c`` it counts the
+        detour's system calls.
+
 ``--turn-min BYTES`` sets ``aionative.pread``'s ``TURN_MIN`` for any of them (0: every read the
 spent budget refused waits a turn instead of going to the kernel queue).
 
@@ -722,12 +728,49 @@ async def log_lines(count: int) -> None:
                       f"a line {how}")
 
 
+async def _cold_reader(fd: int, offs: Iterator[int]) -> None:
+    for off in offs:
+        await aionative.pread(fd, 4096, off)
+
+
+async def cold_rand(n: int, reads: int = 4000) -> None:
+    """Cold random 4 KiB reads of W1's file by ``n`` tasks, ``reads`` a pass, three passes
+    (pages dropped and readahead off before each): reads/s and CPU µs a read, medians."""
+    paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
+    if not paths:
+        raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
+    fd = os.open(paths[0], os.O_RDONLY)
+    blocks = os.fstat(fd).st_size // 4096
+    rates, cpus, detours = [], [], []
+    try:
+        for seed in range(3):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            rng = random.Random(seed)
+            offs = iter([rng.randrange(blocks) * 4096 for _ in range(reads)])
+
+            before = aionative.engine_stats()["direct_reissues"]
+            t0, c0 = time.perf_counter(), _cpu()
+            await asyncio.gather(*(_cold_reader(fd, offs) for _ in range(n)))
+            t1, c1 = time.perf_counter(), _cpu()
+            rates.append(reads / (t1 - t0))
+            cpus.append((c1 - c0) / reads * 1e6)
+            detours.append(aionative.engine_stats()["direct_reissues"] - before)
+    finally:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+    print(f"{aionative.get_engine().backend}, {n} tasks: {sorted(rates)[1]:.0f} reads/s, "
+          f"{sorted(cpus)[1]:.1f} CPU µs a read, {sorted(detours)[1]} of {reads} on the "
+          f"O_DIRECT detour (medians of 3)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
                                      "w6-turns", "w2-direct", "w3-seq", "w3-lag", "w5-write",
-                                     "log-lines", "cold-whole", "w3-file", "w7-readline"])
+                                     "log-lines", "cold-whole", "w3-file", "w7-readline",
+                                     "cold-rand"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -772,6 +815,8 @@ def main() -> None:
         coro = w3_file(args.n or [1024], args.cold)
     elif args.what == "w7-readline":
         coro = w7_readline((args.n or [20000])[0])
+    elif args.what == "cold-rand":
+        coro = cold_rand((args.n or [16])[0])
     elif args.what == "cold-whole":
         coro = cold_whole(args.n or [4, 16])
     elif args.what == "w5-write":

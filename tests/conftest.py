@@ -240,13 +240,13 @@ def _counters() -> dict[str, int]:
         return {}
     c = _backend._core.debug_counters()
     return {k: c[k] for k in ("live_ops", "pinned_buffers", "in_kernel", "engines", "rings",
-                              "eventfds", "direct_fds")}
+                              "eventfds", "direct_fds", "direct_parked")}
 
 
 @pytest.fixture(autouse=True)
 def _no_leaked_operations() -> Iterator[None]:
     """When a test ends, every operation it started has been reaped and released, and every
-    engine (ring, eventfd, O_DIRECT descriptor) it created is closed."""
+    engine (ring, eventfd, O_DIRECT descriptor, parked or not) it created is closed."""
     yield
     gc.collect()
     assert _counters() == {k: 0 for k in _counters()}, _counters()
