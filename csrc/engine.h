@@ -135,8 +135,8 @@ typedef struct stats {
     uint64_t nowait_eagain;   /* kaio: RWF_NOWAIT reads that would have blocked */
     uint64_t direct_reissues; /* kaio: O_DIRECT pieces: the re-issues of those, and the
                                * further pieces (and retries) of reads on that detour */
-    uint64_t direct_refused;  /* kaio: O_DIRECT unavailable (or the file POSIX-locked by this
-                               * process); read done blocking in io_submit */
+    uint64_t direct_refused;  /* kaio: O_DIRECT unavailable (or the file has a lock on it);
+                               * read done blocking in io_submit */
     uint64_t nowait_unsupported; /* kaio: RWF_NOWAIT refused for the file; read done blocking */
     uint64_t cancels;         /* cancellation requests */
     uint64_t cq_overflow;     /* io_uring: CQ overflow flushes */

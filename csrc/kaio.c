@@ -5,7 +5,7 @@
  * the loop's thread. So buffered reads go with RWF_NOWAIT (4.14): a read that would block
  * completes with -EAGAIN, and is re-issued as an O_DIRECT read of the aligned superset through
  * a second, O_DIRECT descriptor of the same file, then copied out. Closing that descriptor
- * would drop the process's POSIX record locks on the file: see holds_posix_lock.
+ * would drop the process's POSIX record locks on the file: see maybe_locked.
  *
  * fs.aio-max-nr is a system-wide budget, so contexts are small and kept in a process-wide
  * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
@@ -136,85 +136,61 @@ int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen)
 
 /* Closing any descriptor of a file drops every POSIX record lock (fcntl F_SETLK, lockf) this
  * process holds on it; OFD and flock() locks belong to their open file description and stay.
- * Whether the process holds one on the file behind `fd`. Mostly answered by one call: an open
- * file description's lock (F_OFD_GETLK, 3.15) conflicts with every lock on the file but that
- * description's own OFD locks, so none in the way means no POSIX lock of ours. When some lock
- * is there, the kernel names only one (the first of its list, not the lowest range: it may
- * hide ours), so /proc/locks is read for a POSIX lock of this pid on this inode (the device is
- * not compared: /proc/locks prints the superblock's, which is not st_dev on every
- * filesystem; another file's inode number can only make the answer a needless yes). Yes,
- * too, when the kernel cannot tell. */
-static int holds_posix_lock(int fd)
+ * Whether the file behind `fd` may hold one of ours: whether any lock is there at all, as far
+ * as this description sees — an open file description's lock (F_OFD_GETLK, 3.15) conflicts
+ * with every lock on the file but that description's own OFD locks. One system call, no
+ * answer to get wrong: the kernel names one conflicting lock only (the first of its list, not
+ * the lowest range, so another owner's may hide ours), and /proc/locks, which lists them all,
+ * prints pids in the namespace of the /proc mount, is not read in one snapshot (lines are
+ * missed while other processes take and drop locks), and costs the loop time that grows with
+ * the square of the system's locks. So a file anyone holds a lock on counts as locked. */
+static int maybe_locked(int fd)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK)
-        return 0;
-    struct stat st;
-    if (fstat(fd, &st) < 0)
-        return 1;
-    int lf = open("/proc/locks", O_RDONLY | O_CLOEXEC);
-    if (lf < 0)
-        return 1;
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap + 1);
-    ssize_t n = 0;
-    while (text && (n = read(lf, text + len, cap - len)) > 0) {
-        len += (size_t)n;
-        if (len == cap) {
-            char *grown = cap < (16u << 20) ? realloc(text, 2 * cap + 1) : NULL;
-            if (!grown) {
-                free(text);
-                text = NULL;
-                break;
-            }
-            text = grown;
-            cap *= 2;
-        }
-    }
-    close(lf);
-    if (!text || n < 0) {
-        free(text);
-        return 1;
-    }
-    text[len] = '\0';
-    /* "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; a waiter's line has "->" first. */
-    long me = (long)getpid();
-    int held = 0;
-    for (char *line = text; line && *line && !held; ) {
-        char *next = strchr(line, '\n');
-        if (next)
-            *next++ = '\0';
-        char kind[16], mode[16], rw[16];
-        long pid;
-        unsigned maj, min;
-        unsigned long ino;
-        if (sscanf(line, "%*d: %15s %15s %15s %ld %x:%x:%lu", kind, mode, rw, &pid, &maj, &min,
-                   &ino) == 7)
-            held = strcmp(kind, "POSIX") == 0 && pid == me && ino == (unsigned long)st.st_ino;
-        line = next;
-    }
-    free(text);
-    return held;
+    return !(fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK);
 }
 
-/* Descriptors kept open because the process held a POSIX lock on their file when they were
- * let go. Closed once it holds none: looked at whenever another is closed, and when an
- * engine closes. Process-wide: a lock outlives the engine whose read took the detour. */
-static int *parked;
+/* Descriptors kept open because their file had a lock on it when they were let go. Each is
+ * closed once the file has none (looked at whenever another is closed, and when an engine
+ * closes), or taken up again by the next read of its file that takes the detour: one per file
+ * at most, whatever the lock's owner. Process-wide: a lock outlives the engine whose read took
+ * the detour. */
+typedef struct parked_fd {
+    int fd;
+    dev_t dev;
+    ino_t ino;
+} parked_fd;
+
+static parked_fd *parked;
 static unsigned nparked, parked_cap;
 
 static void parked_sweep(void)
 {
     unsigned kept = 0;
     for (unsigned i = 0; i < nparked; i++) {
-        if (holds_posix_lock(parked[i])) {
+        if (maybe_locked(parked[i].fd)) {
             parked[kept++] = parked[i];
         } else {
-            close(parked[i]);
+            close(parked[i].fd);
             g_count.direct_parked--;
         }
     }
     nparked = kept;
+}
+
+/* A parked descriptor of this file, taken out of the list; -1 if there is none. */
+static int parked_take(dev_t dev, ino_t ino)
+{
+    for (unsigned i = 0; i < nparked; i++) {
+        if (parked[i].dev == dev && parked[i].ino == ino) {
+            int fd = parked[i].fd;
+            parked[i] = parked[--nparked];
+            g_count.direct_parked--;
+            g_count.direct_fds++;
+            return fd;
+        }
+    }
+    return -1;
 }
 
 static void direct_close(int dfd)
@@ -222,20 +198,21 @@ static void direct_close(int dfd)
     g_count.direct_fds--;
     if (nparked)
         parked_sweep();
-    if (!holds_posix_lock(dfd)) {
+    struct stat st;
+    if (!maybe_locked(dfd) || fstat(dfd, &st) < 0) {
         close(dfd);
         return;
     }
     g_count.direct_parked++;
     if (nparked == parked_cap) {
         unsigned cap = parked_cap ? 2 * parked_cap : 8;
-        int *grown = realloc(parked, cap * sizeof *parked);
+        parked_fd *grown = realloc(parked, cap * sizeof *parked);
         if (!grown)
             return;  /* left open for the process's life: a lock is worth more than a number */
         parked = grown;
         parked_cap = cap;
     }
-    parked[nparked++] = dfd;
+    parked[nparked++] = (parked_fd){dfd, st.st_dev, st.st_ino};
 }
 
 static void dcache_clear(kaio_t *a)
@@ -268,9 +245,9 @@ void kaio_direct_release(engine_t *e, op_t *op)
 /* Give the op an O_DIRECT descriptor of the file behind its `fd` (op->direct_fd: a cache
  * entry's, or its own when every entry is in use): 0; -ESPIPE for a pipe or socket (pread(2)
  * refuses those); -1 when there is none to have: not a regular file, the filesystem or
- * permissions refuse it, or this process holds a POSIX record lock on the file (closing the
- * descriptor would drop it). Keyed by (fd, dev, inode): a reused number never reads another
- * file. */
+ * permissions refuse it, or the file has a lock on it (closing the descriptor would drop
+ * this process's POSIX locks: see maybe_locked). Keyed by (fd, dev, inode): a reused number
+ * never reads another file. */
 static int direct_open(engine_t *e, op_t *op)
 {
     kaio_t *a = &e->b.aio;
@@ -291,14 +268,17 @@ static int direct_open(engine_t *e, op_t *op)
         if (slot < 0 && d->refs == 0)
             slot = i;  /* free (an entry no read holds is closed) */
     }
-    if (holds_posix_lock(op->fd))
+    if (maybe_locked(op->fd))
         return -1;
-    char path[40];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", op->fd);
-    int dfd = fault_hit(FP_DIRECT_OPEN) ? -1 : open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (dfd < 0)
-        return -1;
-    g_count.direct_fds++;
+    int dfd = parked_take(st.st_dev, st.st_ino);
+    if (dfd < 0) {
+        char path[40];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", op->fd);
+        dfd = fault_hit(FP_DIRECT_OPEN) ? -1 : open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+        if (dfd < 0)
+            return -1;
+        g_count.direct_fds++;
+    }
     if (slot < 0) {  /* every entry in use by a read: this one's own */
         op->direct_fd = dfd;
         op->direct_slot = -1;
