@@ -152,9 +152,9 @@ static int maybe_locked(int fd)
 
 /* Descriptors kept open because their file had a lock on it when they were let go. Each is
  * closed once the file has none (looked at whenever another is closed, and when an engine
- * closes), or taken up again by the next read of its file that takes the detour: one per file
- * at most, whatever the lock's owner. Process-wide: a lock outlives the engine whose read took
- * the detour. */
+ * closes), or taken up again by the next read of its file that takes the detour: no more per
+ * file than its reads on the detour at once, whatever the lock's owner. Process-wide: a lock
+ * outlives the engine whose read took the detour. */
 typedef struct parked_fd {
     int fd;
     dev_t dev;
