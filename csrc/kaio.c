@@ -98,12 +98,15 @@ void kaio_pool_drain(void)
     }
 }
 
+static void parked_forget(void);
+
 void kaio_after_fork_child(void)
 {
     /* The parent's contexts live in the parent's memory map; the child has none of them. */
     g_count.aio_contexts -= npool;
     g_count.aio_pooled -= npool;
     npool = 0;
+    parked_forget();
 }
 
 int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen)
@@ -178,6 +181,17 @@ static void parked_sweep(void)
     nparked = kept;
 }
 
+/* In a forked child, at once: the parent's parked descriptors are closed (the child holds no
+ * POSIX lock to lose). Kept, they named numbers the child may close and reuse for another
+ * file, which the file's next detour would then have read. close() is async-signal-safe. */
+static void parked_forget(void)
+{
+    for (unsigned i = 0; i < nparked; i++)
+        close(parked[i].fd);
+    g_count.direct_parked -= nparked;
+    nparked = 0;
+}
+
 /* A parked descriptor of this file, taken out of the list; -1 if there is none. */
 static int parked_take(dev_t dev, ino_t ino)
 {
@@ -193,9 +207,17 @@ static int parked_take(dev_t dev, ino_t ino)
     return -1;
 }
 
-static void direct_close(int dfd)
+/* Close an O_DIRECT descriptor of engine `e`'s, or park it while its file has a lock. A forked
+ * child's inherited engine closes its descriptors plainly: POSIX locks are not inherited, so
+ * the child has none to lose, and a number parked in the child would outlive the engine that
+ * knew it (the child may close it and open another file under it). */
+static void direct_close(const engine_t *e, int dfd)
 {
     g_count.direct_fds--;
+    if (e->fork_gen != engine_fork_generation) {
+        close(dfd);
+        return;
+    }
     if (nparked)
         parked_sweep();
     struct stat st;
@@ -215,12 +237,13 @@ static void direct_close(int dfd)
     parked[nparked++] = (parked_fd){dfd, st.st_dev, st.st_ino};
 }
 
-static void dcache_clear(kaio_t *a)
+static void dcache_clear(engine_t *e)
 {
+    kaio_t *a = &e->b.aio;
     for (unsigned i = 0; i < DCACHE_SIZE; i++) {
         dcache_ent *d = &a->dcache[i];
         if (d->dfd >= 0)
-            direct_close(d->dfd);  /* in-flight iocbs hold their own reference to the file */
+            direct_close(e, d->dfd);  /* in-flight iocbs hold their own reference to the file */
         d->fd = d->dfd = -1;
         d->refs = 0;
     }
@@ -232,11 +255,11 @@ void kaio_direct_release(engine_t *e, op_t *op)
     if (op->direct_slot >= 0) {
         dcache_ent *d = &a->dcache[op->direct_slot];
         if (--d->refs == 0) {  /* the file's last read on the detour has ended */
-            direct_close(d->dfd);
+            direct_close(e, d->dfd);
             d->fd = d->dfd = -1;
         }
     } else {
-        direct_close(op->direct_fd);
+        direct_close(e, op->direct_fd);
     }
     op->direct_fd = -1;
     op->direct_slot = -1;
@@ -286,7 +309,7 @@ static int direct_open(engine_t *e, op_t *op)
     }
     dcache_ent *d = &a->dcache[slot];
     if (d->dfd >= 0)
-        direct_close(d->dfd);
+        direct_close(e, d->dfd);
     d->fd = op->fd;
     d->dfd = dfd;
     d->dev = st.st_dev;
@@ -573,7 +596,7 @@ static void k_cancel(engine_t *e, uint32_t idx)
 static void k_destroy(engine_t *e)
 {
     kaio_t *a = &e->b.aio;
-    dcache_clear(a);
+    dcache_clear(e);
     if (nparked)
         parked_sweep();
     if (a->ctx) {

@@ -551,6 +551,36 @@ async def test_linux_aio_the_callers_ofd_lock_parks_one_descriptor_at_most(
 
 
 @pytest.mark.usefixtures("linux_aio")
+async def test_linux_aio_a_forked_child_closes_the_parked_descriptors(tmp_path: Path) -> None:
+    """A forked child closes the parked descriptors it inherited at once (it holds no POSIX
+    lock to lose). Kept, they named numbers the child may close and open another file under,
+    which the file's next detour in the child then read: another file's bytes."""
+    path = tmp_path / "ofd"
+    fd, data = cold_file(path, 1 << 20)
+    _ofd_lock(fd, fcntl.F_RDLCK, 0, 0)  # the caller's own OFD lock parks the detour's descriptor
+    aionative.set_inline_budget(0)
+    try:
+        for _ in range(5):
+            if (await _cold_read(fd, data))["direct_reissues"]:
+                break
+        assert _core.debug_counters()["direct_parked"] == 1
+        assert open_fds_to(path) == 2
+        pid = os.fork()
+        if pid == 0:  # the child: no engine of its own yet, nothing parked, one descriptor
+            os._exit(0 if (_core.debug_counters()["direct_parked"], open_fds_to(path)) == (0, 1)
+                     else 1)
+        _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 (the child exits at once)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert _core.debug_counters()["direct_parked"] == 1  # the parent's stays parked
+        _ofd_lock(fd, fcntl.F_UNLCK, 0, 0)
+        aionative.close_engine()
+        assert _core.debug_counters()["direct_parked"] == 0
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+
+
+@pytest.mark.usefixtures("linux_aio")
 async def test_linux_aio_a_cold_reads_descriptor_ends_with_it(tmp_path: Path) -> None:
     """The detour's O_DIRECT descriptor is the read's own and is closed when it ends: none is
     left open on the file after the caller closed it. Kept in a cache for the engine's life,
