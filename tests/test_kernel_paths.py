@@ -429,8 +429,10 @@ def _my_posix_lock(path: Path) -> bool:
 
 async def _cold_read(fd: int, data: bytes) -> dict[str, int]:
     """Read the whole (cold) file until a read meets the kernel's RWF_NOWAIT refusal (a device
-    that answers within the submission serves some cold reads there, more so under the
-    sanitizer): how many of its pieces took the detour and how many were read plainly."""
+    that answers within the submission serves some cold reads there, more so on a loaded
+    machine or under the sanitizer: CI saw five 1 MiB reads in a row answered so; the files
+    are 8 MiB and more, several readahead windows): how many of its pieces took the detour and
+    how many were read plainly."""
     for _attempt in range(5):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         before = aionative.engine_stats()
@@ -502,7 +504,7 @@ async def test_linux_aio_a_file_anyone_holds_a_lock_on_takes_no_detour(tmp_path:
     /proc/locks instead missed it under a pid namespace, and while other processes took and
     dropped locks."""
     path = tmp_path / "locked"
-    fd, data = cold_file(path, 1 << 20)
+    fd, data = cold_file(path, 8 << 20)
     owner = os.open(path, os.O_RDWR)  # another owner: an open file description's locks
     lk = os.open(path, os.O_RDWR)
     aionative.set_inline_budget(0)
@@ -531,7 +533,7 @@ async def test_linux_aio_the_callers_ofd_lock_parks_one_descriptor_at_most(
     and taken up again by the file's next detour, never a second one. Parked afresh each time,
     every read left a descriptor open: 149 after 300 reads."""
     path = tmp_path / "ofd"
-    fd, data = cold_file(path, 1 << 20)
+    fd, data = cold_file(path, 8 << 20)
     _ofd_lock(fd, fcntl.F_RDLCK, 0, 0)
     aionative.set_inline_budget(0)
     try:
@@ -556,7 +558,7 @@ async def test_linux_aio_a_forked_child_closes_the_parked_descriptors(tmp_path: 
     lock to lose). Kept, they named numbers the child may close and open another file under,
     which the file's next detour in the child then read: another file's bytes."""
     path = tmp_path / "ofd"
-    fd, data = cold_file(path, 1 << 20)
+    fd, data = cold_file(path, 8 << 20)
     _ofd_lock(fd, fcntl.F_RDLCK, 0, 0)  # the caller's own OFD lock parks the detour's descriptor
     aionative.set_inline_budget(0)
     try:
