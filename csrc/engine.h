@@ -207,7 +207,7 @@ typedef struct dcache_ent {
     int dfd;                  /* our O_DIRECT descriptor of that file; -1: a free entry */
     dev_t dev;
     ino_t ino;
-    unsigned refs;            /* operations reading through it */
+    unsigned refs;            /* operations reading through it; at 0 the entry is closed */
 } dcache_ent;
 
 #define DCACHE_SIZE 16
@@ -419,8 +419,8 @@ int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen);
 void kaio_pool_drain(void);
 void kaio_after_fork_child(void);
 /* The operation lets go of its O_DIRECT descriptor of the detour (its reference to a cache
- * entry, or its own). A descriptor closed is kept open instead while this process holds a
- * POSIX record lock on its file: closing any descriptor of a file drops them all. */
+ * entry, or its own). A descriptor closed is kept open instead while its file has a lock on it:
+ * closing any descriptor of a file drops the process's POSIX locks on it (kaio.c, maybe_locked). */
 void kaio_direct_release(engine_t *e, op_t *op);
 
 /* Fault injection: a test-only mechanism compiled into every build (one load per call site).

@@ -237,18 +237,6 @@ static void direct_close(const engine_t *e, int dfd)
     parked[nparked++] = (parked_fd){dfd, st.st_dev, st.st_ino};
 }
 
-static void dcache_clear(engine_t *e)
-{
-    kaio_t *a = &e->b.aio;
-    for (unsigned i = 0; i < DCACHE_SIZE; i++) {
-        dcache_ent *d = &a->dcache[i];
-        if (d->dfd >= 0)
-            direct_close(e, d->dfd);  /* in-flight iocbs hold their own reference to the file */
-        d->fd = d->dfd = -1;
-        d->refs = 0;
-    }
-}
-
 void kaio_direct_release(engine_t *e, op_t *op)
 {
     kaio_t *a = &e->b.aio;
@@ -288,8 +276,8 @@ static int direct_open(engine_t *e, op_t *op)
             slot = i;
             goto found;
         }
-        if (slot < 0 && d->refs == 0)
-            slot = i;  /* free (an entry no read holds is closed) */
+        if (slot < 0 && d->dfd < 0)
+            slot = i;  /* free: an entry is closed when its last read lets go */
     }
     if (maybe_locked(op->fd))
         return -1;
@@ -308,8 +296,6 @@ static int direct_open(engine_t *e, op_t *op)
         return 0;
     }
     dcache_ent *d = &a->dcache[slot];
-    if (d->dfd >= 0)
-        direct_close(e, d->dfd);
     d->fd = op->fd;
     d->dfd = dfd;
     d->dev = st.st_dev;
@@ -596,8 +582,7 @@ static void k_cancel(engine_t *e, uint32_t idx)
 static void k_destroy(engine_t *e)
 {
     kaio_t *a = &e->b.aio;
-    dcache_clear(e);
-    if (nparked)
+    if (nparked)  /* every cache entry is closed by now: its reads have all been released */
         parked_sweep();
     if (a->ctx) {
         if (e->fork_gen == engine_fork_generation)
