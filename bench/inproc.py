@@ -102,7 +102,7 @@ from typing import Any
 import aionative
 from aionative import _lowlevel
 from bench.common import DATA_DIR, take_lines
-from bench.meter import rss_peak_mib
+from bench.meter import reset_rss_peak, rss_peak_mib
 
 
 @types.coroutine
@@ -421,13 +421,6 @@ async def w3_lag(seconds: float) -> None:
           f"{_pct(late, 0.99):.3f} / max {max(late) * 1e3:.3f} ({len(late)} ticks)")
 
 
-def _reset_peak_rss() -> float:
-    """Reset this process's peak RSS (``VmHWM``) to its current RSS; that RSS, MiB."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    return rss_peak_mib()
-
-
 async def cold_whole(chunks: list[int]) -> None:
     """One cold 256 MiB read (W1's file, its pages dropped first) as one ``aionative.pread``
     and as ``k`` concurrent ones of ``256 MiB / k``, against one ``os.pread``: GB/s, median of
@@ -450,7 +443,9 @@ async def cold_whole(chunks: list[int]) -> None:
                 stop = [False]
                 tick = asyncio.ensure_future(_ticker(late, stop))
                 await asyncio.sleep(0.005)
-                rss0 = _reset_peak_rss()
+                rss0 = reset_rss_peak()
+                if rss0 is None:
+                    raise SystemExit("cold-whole needs a writable /proc/self/clear_refs")
                 t0 = time.perf_counter()
                 if name == "os.pread":
                     got = len(os.pread(fd, size, 0))

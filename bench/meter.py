@@ -99,6 +99,18 @@ def rss_peak_mib() -> float:
     return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def reset_rss_peak() -> float | None:
+    """Reset this process's peak resident set size (``VmHWM``) to its RSS now (``5`` written
+    to ``/proc/self/clear_refs``) and return that, MiB: ``rss_peak_mib()`` afterwards minus it
+    is what the work in between added. None where ``clear_refs`` is not writable."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    return rss_peak_mib()
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Counters at one instant: wall clock, operations, process CPU, optional engine stats."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import functools
 import mmap
 import os
 import random
 import struct
 import threading
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ import pytest
 
 import aionative
 from aionative import _core
+from bench.meter import reset_rss_peak, rss_peak_mib
 
 from .conftest import cold_file, open_fds_to
 
@@ -88,25 +91,6 @@ async def test_linux_aio_cold_reads_take_the_nowait_reissue_path(tmp_path: Path)
     assert after["direct_refused"] == before["direct_refused"], after
 
 
-def _reset_peak_rss() -> int | None:
-    """Reset this process's peak RSS (VmHWM) to its RSS now and return that, in bytes; None
-    where /proc/self/clear_refs is not writable."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return None
-    return _peak_rss()
-
-
-def _peak_rss() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM in /proc/self/status")
-
-
 @pytest.mark.usefixtures("linux_aio")
 async def test_linux_aio_a_large_cold_read_takes_the_detour_in_pieces(tmp_path: Path) -> None:
     """A cold read larger than DETOUR_MAX reaches the device as O_DIRECT pieces of at most
@@ -125,9 +109,9 @@ async def test_linux_aio_a_large_cold_read_takes_the_detour_in_pieces(tmp_path: 
         for off, n in cases:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             before = aionative.engine_stats()
-            rss = _reset_peak_rss()
+            rss = reset_rss_peak()
             got = await aionative.pread(fd, n, off)
-            grew = None if rss is None else _peak_rss() - rss
+            grew = None if rss is None else (rss_peak_mib() - rss) * (1 << 20)
             after = aionative.engine_stats()
             assert got == data[off:off + n], (off, n)
             probes = after["nowait_eagain"] - before["nowait_eagain"]
@@ -378,6 +362,25 @@ async def test_a_close_asked_for_during_an_early_submission_is_carried_out(
         os.close(fd)
 
 
+async def _on_its_detour(fd: int, read: Callable[[], Awaitable[bytes]],
+                         data: bytes) -> asyncio.Future[bytes]:
+    """Start ``read`` of the file behind ``fd`` (its pages dropped first) and return it once
+    its first O_DIRECT piece is with the kernel, not done. A device that answers within the
+    submission (or from the readahead its first probe started) ends some cold reads before
+    their detour: such a read must have returned ``data``, and another is started, three in
+    all."""
+    for _attempt in range(3):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        before = aionative.engine_stats()["direct_reissues"]
+        task = asyncio.ensure_future(read())
+        while aionative.engine_stats()["direct_reissues"] == before and not task.done():
+            await asyncio.sleep(0)
+        if not task.done():
+            return task
+        assert await task == data
+    raise AssertionError("three cold reads ended before their detour began")
+
+
 @pytest.mark.usefixtures("linux_aio")
 async def test_closing_the_engine_lets_a_read_on_its_detour_finish(tmp_path: Path) -> None:
     """close_engine() while a cold read goes to the device in O_DIRECT pieces: the close's
@@ -390,18 +393,10 @@ async def test_closing_the_engine_lets_a_read_on_its_detour_finish(tmp_path: Pat
     aionative.set_inline_budget(0)
     try:
         for what in ("pread", "read_bytes", "pread, a piece interrupted"):
-            for _attempt in range(3):  # eviction is best effort: a read may find it all cached
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                before = aionative.engine_stats()["direct_reissues"]
-                task: asyncio.Future[bytes] = asyncio.ensure_future(
-                    aionative.read_bytes(tmp_path / "cold") if what == "read_bytes"
-                    else aionative.pread(fd, len(data), 0))
-                while aionative.engine_stats()["direct_reissues"] == before and not task.done():
-                    await asyncio.sleep(0)
-                if not task.done():
-                    break
-                assert await task == data, what
-            assert not task.done(), f"{what}: three reads ended before their detour began"
+            read = (functools.partial(aionative.read_bytes, tmp_path / "cold")
+                    if what == "read_bytes" else functools.partial(aionative.pread, fd,
+                                                                   len(data), 0))
+            task = await _on_its_detour(fd, read, data)
             if what.endswith("interrupted"):  # the drain retries it, as the engine does
                 _core.set_fault("completion", errno.EINTR, 1)
             try:
@@ -467,17 +462,7 @@ async def test_linux_aio_a_cold_read_leaves_the_posix_locks_on_its_file(tmp_path
         assert _my_posix_lock(path), "the read dropped the lock held before it"
         fcntl.lockf(lk, fcntl.LOCK_UN)
 
-        for _attempt in range(3):  # the device may answer the first probe from readahead
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            before = aionative.engine_stats()
-            task = asyncio.ensure_future(aionative.pread(fd, len(data), 0))
-            while (aionative.engine_stats()["direct_reissues"] == before["direct_reissues"]
-                   and not task.done()):
-                await asyncio.sleep(0)
-            if not task.done():
-                break
-            assert await task == data
-        assert not task.done(), "three reads ended before their detour began"
+        task = await _on_its_detour(fd, lambda: aionative.pread(fd, len(data), 0), data)
         fcntl.lockf(lk, fcntl.LOCK_EX)  # taken while the detour's descriptor is open
         assert await task == data
         assert _my_posix_lock(path), "the end of the detour dropped the lock taken during it"
@@ -584,9 +569,9 @@ async def test_linux_aio_a_forked_child_closes_the_parked_descriptors(tmp_path: 
 
 @pytest.mark.usefixtures("linux_aio")
 async def test_linux_aio_a_cold_reads_descriptor_ends_with_it(tmp_path: Path) -> None:
-    """The detour's O_DIRECT descriptor is the read's own and is closed when it ends: none is
-    left open on the file after the caller closed it. Kept in a cache for the engine's life,
-    it held a deleted file (and its space) open until the loop closed."""
+    """The detour's O_DIRECT descriptor is closed when the file's last read on the detour
+    ends: none is left open on the file after the caller closed it. Kept in a cache for the
+    engine's life, it held a deleted file (and its space) open until the loop closed."""
     path = tmp_path / "cold"
     fd, data = cold_file(path, 2 * _core.DETOUR_MAX)
     aionative.set_inline_budget(0)
@@ -614,11 +599,8 @@ async def test_linux_aio_a_files_detour_descriptor_ends_with_its_last_read(
     aionative.set_inline_budget(0)
     try:
         for _attempt in range(3):  # the big read must still be going when the small one ends
-            os.posix_fadvise(big_fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            before = aionative.engine_stats()["direct_reissues"]
-            task = asyncio.ensure_future(aionative.pread(big_fd, len(big), 0))
-            while aionative.engine_stats()["direct_reissues"] == before and not task.done():
-                await asyncio.sleep(0)
+            task = await _on_its_detour(big_fd, lambda: aionative.pread(big_fd, len(big), 0),
+                                        big)
             fd, data = cold_file(path, 1 << 20)
             try:
                 before = aionative.engine_stats()["direct_reissues"]
