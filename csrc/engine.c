@@ -1484,7 +1484,7 @@ static PyObject *Engine_fileno(engine_t *e, PyObject *unused)
 static const struct { const char *name; size_t off; } stat_fields[] = {
     STAT(submitted), STAT(completed), STAT(batches), STAT(syscalls), STAT(wakeups),
     STAT(queued), STAT(retries), STAT(splits), STAT(nowait_eagain), STAT(direct_reissues),
-    STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(cq_overflow),
+    STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(withdrawn), STAT(cq_overflow),
     STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted), STAT(inline_retries),
     STAT(retries_refused), STAT(inline_writes), STAT(write_stalls),
 };

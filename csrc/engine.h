@@ -139,6 +139,8 @@ typedef struct stats {
                                * read done blocking in io_submit */
     uint64_t nowait_unsupported; /* kaio: RWF_NOWAIT refused for the file; read done blocking */
     uint64_t cancels;         /* cancellation requests */
+    uint64_t withdrawn;       /* of those, operations taken back from a submission the kernel
+                               * had refused for the moment: it never saw them */
     uint64_t cq_overflow;     /* io_uring: CQ overflow flushes */
     uint64_t inline_hits;     /* reads completed inline from the page cache (RWF_NOWAIT) */
     uint64_t inline_misses;   /* inline attempts that went to the kernel queue after all */

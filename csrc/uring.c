@@ -483,6 +483,24 @@ static void u_unprep(engine_t *e, int err)
 static void u_cancel(engine_t *e, uint32_t idx)
 {
     uring_t *r = &e->b.ring;
+    /* Still in the submission queue (its submission was refused for the moment): the kernel
+     * has not read the entry, and would resolve its descriptor number when it does — after
+     * the caller may have closed it and the number gone to another file. An abandoned one
+     * becomes a no-op that completes it with nothing done (a close's drain, which cancels
+     * reads still awaited, submits them instead). No SQPOLL: the kernel reads entries only
+     * inside our io_uring_enter. */
+    unsigned head = __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
+    for (unsigned i = head; engine_slot(e, idx)->abandoned && i != r->sq_local_tail; i++) {
+        struct io_uring_sqe *q = &((struct io_uring_sqe *)r->sqes)[r->sq_array[i & *r->sq_mask]];
+        if (q->user_data == idx) {
+            memset(q, 0, sizeof *q);
+            q->opcode = IORING_OP_NOP;
+            q->fd = -1;
+            q->user_data = idx;
+            e->st.withdrawn++;
+            return;
+        }
+    }
     struct io_uring_sqe *sqe = sqe_get(r);
     if (!sqe) {
         u_submit(e);

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -164,6 +165,67 @@ async def test_fatal_submission_error_fails_the_batch_not_the_engine(
     assert all(r == data[i * 4096:(i + 1) * 4096] for i, r in enumerate(results)
                if not isinstance(r, BaseException))
     assert await _within(aionative.pread(fd, 10, 0)) == data[:10]
+
+
+@pytest.mark.parametrize("kind", ["read", "write"])
+async def test_a_call_cancelled_while_its_submission_is_refused_never_reaches_the_kernel(
+        native_backend: str, tmp_path: Path, kind: str) -> None:
+    """A ``pread``/``pwrite`` cancelled while the kernel refuses its submission for the moment
+    (``EAGAIN``) is taken back: the kernel never sees it. Its descriptor is closed and the
+    number goes to another file while the kernel still refuses; the next accepted submission
+    must not read or write that one. (Before, the piece stayed prepared and ran on whatever held the number: a
+    socket's bytes were read, another file was written.)"""
+    point = "io_uring_enter" if native_backend == "io_uring" else "io_submit"
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 8192)
+    aionative.set_inline_budget(0)  # to the kernel queue
+    try:
+        for _ in range(20):
+            fd = os.open(path, os.O_RDONLY if kind == "read" else os.O_WRONLY)
+            call = (aionative.pread(fd, 4096, 0) if kind == "read"
+                    else aionative.pwrite(fd, b"payload", 0))
+            task = asyncio.ensure_future(call)
+            await asyncio.sleep(0)  # prepared; the iteration's submission has not run
+            before = aionative.engine_stats()
+            _core.set_fault(point, errno.EAGAIN, -1)  # refused until cleared
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            os.close(fd)
+            if kind == "read":
+                a, b = socket.socketpair()
+                other = a.fileno()
+            else:
+                other = os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+            try:
+                if other != fd:
+                    continue
+                if kind == "read":
+                    b.sendall(b"secret")
+                await asyncio.sleep(0.01)  # refused submissions
+                _core.clear_faults()
+                for _ in range(5):  # and accepted ones
+                    await asyncio.sleep(0.01)
+                if kind == "read":
+                    a.setblocking(False)
+                    assert a.recv(100) == b"secret"
+                else:
+                    assert os.pread(other, 100, 0) == b""
+                    assert path.read_bytes() == b"x" * 8192
+                stats = aionative.engine_stats()
+                assert stats["withdrawn"] == before["withdrawn"] + 1, stats
+                assert stats["in_flight"] == 0, stats
+                return
+            finally:
+                _core.clear_faults()
+                if kind == "read":
+                    a.close()
+                    b.close()
+                else:
+                    os.close(other)
+        pytest.fail("the descriptor's number never went to the next file")
+    finally:
+        aionative.set_inline_budget(None)
 
 
 @pytest.mark.parametrize("entries", [1, 4])
