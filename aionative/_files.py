@@ -137,7 +137,7 @@ class _TextRules:
     """Where a text line ends, in the bytes of one encoding: what a fetch must find before a
     text ``readline`` can run without reading past the window."""
 
-    __slots__ = ("bounded", "patterns", "unit")
+    __slots__ = ("_orders", "bounded", "patterns", "pending", "unit")
 
     def __init__(self, encoding: str, errors: str, newline: str | None) -> None:
         try:
@@ -147,13 +147,18 @@ class _TextRules:
         terms = ["\n", "\r"] if newline in (None, "") else [newline]
         self.unit = 1
         self.patterns: list[tuple[bytes, bool]] = []   # (bytes, needs one more unit after)
+        # "utf-16" and "utf-32" read in the byte order of the BOM the file starts with (their
+        # decoder raises without one): until the window has shown it, ``pending``.
+        self.pending = False
+        self._orders: list[tuple[bytes, list[tuple[bytes, bool]]]] = []  # (BOM, patterns)
         universal = newline in (None, "")
         if name.startswith(("utf-16", "utf-32")):
             self.unit = 2 if name.startswith("utf-16") else 4
-            endians = ["-le", "-be"] if name in ("utf-16", "utf-32") else [name[6:]]
-            for t in terms:
-                for e in endians:
-                    self.patterns.append((t.encode(name[:6] + e), universal and t == "\r"))
+            for e in (["-le", "-be"] if name in ("utf-16", "utf-32") else [name[6:]]):
+                pats = [(t.encode(name[:6] + e), universal and t == "\r") for t in terms]
+                self._orders.append(("\ufeff".encode(name[:6] + e), pats))
+                self.patterns += pats
+            self.pending = len(self._orders) > 1
         elif name:
             try:
                 ok = all(t.encode(name) == t.encode("ascii") for t in ("\n", "\r"))
@@ -166,8 +171,23 @@ class _TextRules:
         self.bounded = bool(self.patterns) and errors != "ignore" and (
             self.unit > 1 or name in _BOUNDED_CODECS or name.startswith(("iso8859", "cp")))
 
+    def learn(self, buf: bytes | bytearray, wstart: int) -> None:
+        """A generic UTF-16/32 file's byte order, from the BOM at its start when ``buf`` (the
+        window, from file offset ``wstart``) holds it: each byte order's line ends are
+        another's characters (U+0D00 is a big-endian ``"\\r"`` in a little-endian file)."""
+        if len(self._orders) < 2 or wstart != 0 or len(buf) < self.unit:
+            return
+        head = bytes(buf[:self.unit])
+        for bom, pats in self._orders:
+            if head == bom:
+                self.patterns, self.pending = pats, False
+                return
+        self.pending = True  # no BOM (yet): the decoder's business; lines go through a thread
+
     def line_ready(self, buf: bytes | bytearray, i: int, end: int | None = None) -> bool:
         """Whether buf[i:end] holds a line end the text layer will see without reading more."""
+        if self.pending:
+            return False
         if end is None:
             end = len(buf)
         if self.unit == 1:
@@ -1717,6 +1737,12 @@ class AsyncTextIOWrapper(AsyncBase[str]):
                 limit += self._dirty
                 while True:
                     buf, i, at_eof = raw.window_view()
+                    rules.learn(buf, raw.wstart)
+                    if rules.pending and len(buf) >= rules.unit and not at_eof:
+                        # A generic UTF-16/32 file whose start the window has not shown.
+                        res = await self._run_blocking(fn, *args)
+                        await self._push()
+                        return res
                     have = len(buf) - i
                     if at_eof or have >= limit or have > skip and rules.line_ready(
                             buf, i + skip, self._ready_end(buf, at_eof)):
@@ -1763,6 +1789,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             # The common case first: a line end already in the window, nothing to await.
             if not self._dirty and raw.kind != STREAM and rules.patterns and not raw.closed:
                 buf, i, at_eof = raw.window_view()
+                rules.learn(buf, raw.wstart)
                 if rules.line_ready(buf, i, self._ready_end(buf, at_eof)):
                     res = str(self._run(self._file.readline, size))
                     self._check_text_miss()

@@ -121,6 +121,34 @@ async def test_a_decode_error_stops_where_the_builtin_stops(backend: str, step: 
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(("order", "odd"), [("le", "\u0d00\u0a05\u0100"),
+                                            ("be", "\u0d00\u050aA")])
+async def test_utf16_lines_end_where_the_files_byte_order_says(backend: str, step: str,
+                                                              tmp_path: Path, order: str,
+                                                              odd: str) -> None:
+    """An "utf-16" file reads in the order of its BOM. Its characters may hold the other
+    order's line ends: U+0D00 is a big-endian "\\r" in a little-endian file (and a
+    little-endian one in a big-endian file), the pair after it a "\\n" of the other order at
+    the other alignment. Those are no line ends: the line after them is 300 000 characters
+    long, past the window (before: judged there, it raised "a text read went past its
+    prefetched window")."""
+    path = tmp_path / "f"
+    text = "first\n" + "y" * 5000 + odd + "y" * 300_000 + "\nlast\n"
+    path.write_bytes("\ufeff".encode(f"utf-16-{order}") + text.encode(f"utf-16-{order}"))
+    with open(path, encoding="utf-16") as s:  # noqa: ASYNC230 - the reference
+        want = list(s)
+    async with aionative.open(path, encoding="utf-16") as f:
+        assert [line async for line in f] == want
+    async with aionative.open(path, encoding="utf-16") as f:
+        got = []
+        while line := await f.readline():
+            got.append(line)
+        assert got == want
+        await f.seek(0)
+        assert await f.readlines() == want
+
+
+@pytest.mark.asyncio
 async def test_steps_taken_before_they_are_awaited_keep_their_order(backend: str, step: str,
                                                                     tmp_path: Path) -> None:
     path = tmp_path / "f"
