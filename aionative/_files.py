@@ -1835,10 +1835,18 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         read still seeks): fetch them. The C ``TextIOWrapper`` packs the cookie as start
         position (64 bits), decoder flags, bytes to feed, characters to skip (32 bits each).
         It takes an int or a float (``int()``-ed) and compares anything else with 0 first
-        (TypeError): nothing to fetch for those."""
+        (TypeError): nothing to fetch for those. ``seek(0, SEEK_CUR)`` seeks to ``tell()``'s
+        cookie the same way."""
         raw = self._raw
         assert raw is not None
-        if whence != os.SEEK_SET or raw.kind == STREAM or raw.closed or not raw.reads_fd:
+        if raw.kind == STREAM or raw.closed or not raw.reads_fd:
+            return
+        if whence == os.SEEK_CUR and type(offset) is int and offset == 0:
+            try:
+                offset = self._file.tell()
+            except Exception:  # noqa: BLE001 - the seek itself raises it, as the builtin's
+                return
+        elif whence != os.SEEK_SET:
             return
         if not isinstance(offset, int) and not (isinstance(offset, float)
                                                 and math.isfinite(offset)):

@@ -718,6 +718,29 @@ async def test_ab_plus_seek_after_a_read_and_a_write_answers_as_the_builtin(
     assert results == [5, 5]
 
 
+@io_test
+async def test_text_seek_to_the_current_position_answers_as_the_builtin(tmp_path: Path) -> None:
+    """``seek(0, SEEK_CUR)`` in text mode seeks to ``tell()``'s cookie, whose decoder state
+    may skip characters: the builtin re-reads the bytes it feeds the decoder. Here (UTF-16
+    bytes read as "utf-8-sig" with "surrogateescape": a decoder in the middle of a line)
+    aionative fetches them first, as for ``seek(cookie)`` (before: TypeError "underlying
+    read() should have returned a bytes object, not 'NoneType'" from inside the seek)."""
+    data = ("x" * 50 + "line\n\ntab\ttab\tlinebc😀中文éΩ \r\n Ω\r\né\nline Ω\n中文bc" + "y" * 1000
+            + "\n" + "z" * 1000).encode("utf-16")
+    kw: dict[str, Any] = {"buffering": 1, "encoding": "utf-8-sig",
+                          "errors": "surrogateescape", "newline": ""}
+    for lines in range(1, 5):
+        path = tmp_path / "f"
+        path.write_bytes(data)
+        with builtins.open(path, **kw) as s:
+            want = [s.readline() for _ in range(lines)]
+            want += [s.seek(0, os.SEEK_CUR), s.readline(), s.read()]
+        async with aionative.open(path, **kw) as f:
+            got = [await f.readline() for _ in range(lines)]
+            got += [await f.seek(0, os.SEEK_CUR), await f.readline(), await f.read()]
+        assert got == want, lines
+
+
 @pytest.mark.parametrize("steps", ["text_read_n", "text_readline", "binary_seek_in_buffer"])
 @io_test
 async def test_a_buffered_append_stays_buffered_where_the_builtin_keeps_it(
