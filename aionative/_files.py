@@ -905,7 +905,13 @@ class AsyncBase(Generic[S]):
             await self._before_seek(offset, whence)
             pos = self._run(self._file.seek, offset, whence)
             self._dirty = 0
+            before = raw.pos
             await self._push()
+            if pos == before != raw.pos and not self._text_layer:
+                # BufferedRandom's flush staged an append and its seek was relative to it:
+                # the answer is where the landed append left the position (the end another
+                # writer may have moved), as the raw layer's is now.
+                pos = raw.pos
             return int(pos)
         except Exception:
             await self._push_after_error()

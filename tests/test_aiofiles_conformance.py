@@ -718,6 +718,33 @@ async def test_ab_plus_seek_after_a_read_and_a_write_answers_as_the_builtin(
     assert results == [5, 5]
 
 
+@pytest.mark.parametrize(("offset", "whence"), [(0, os.SEEK_CUR), (5, os.SEEK_CUR),
+                                               (-2, os.SEEK_CUR), (0, os.SEEK_END),
+                                               (3, os.SEEK_SET)])
+@pytest.mark.parametrize("mode", ["ab+", "ab"])
+@io_test
+async def test_a_seek_after_an_append_another_writer_moved_answers_as_the_builtin(
+        tmp_path: Path, mode: str, offset: int, whence: int) -> None:
+    """Another writer appends, then this file writes and seeks relative to its position: the
+    write lands at the end the other writer left, and the seek's answer counts from there,
+    as ``tell()`` does after it (before, "ab+" answered from the end this file had known:
+    three bytes short)."""
+    results = []
+    for name in ("ref", "ours"):
+        path = tmp_path / name
+        path.write_bytes(b"0123456789")
+        call = await _ref_or_ours(name, path, mode, -1)
+        try:
+            with builtins.open(path, "ab") as other:
+                other.write(b"XYZ")
+            await call("write", b"ab\n")
+            results.append((await call("seek", offset, whence), await call("tell")))
+        finally:
+            await call("close")
+        assert path.read_bytes() == b"0123456789XYZab\n"
+    assert results[1] == results[0]
+
+
 @io_test
 async def test_text_seek_to_the_current_position_answers_as_the_builtin(tmp_path: Path) -> None:
     """``seek(0, SEEK_CUR)`` in text mode seeks to ``tell()``'s cookie, whose decoder state
