@@ -16,7 +16,10 @@ and continue. While an operation runs in a worker thread (the few cases the asyn
 bound, see ``_files``), a miss reads the descriptor directly instead.
 
 The window is a cache below CPython's own 8 KiB buffer: like it, it can be stale with respect to
-another process's writes; end-of-file is re-checked by every operation.
+another process's writes, over more bytes (up to the window's size). A read past the window
+re-checks the end of the file; one that finds nothing where the size known said there was more
+(another writer shrank the file) asks the file's size and cuts the window there, so a read to
+the end never returns bytes past the new end.
 """
 
 from __future__ import annotations
@@ -277,10 +280,26 @@ class WindowRaw(io.RawIOBase):
             self.eof = end
             # Data ending here: the file's size. Nothing at an offset past our size: the size
             # we know stands (nothing at an offset below it: the file shrank under us).
-            if got or end < self.size:
+            shrank = not got and end < self.size
+            if got or shrank:
                 self.size = end
+            if shrank and self.wstart < self.wend:
+                self._shrunk()
         elif end > self.size:
             self.size = end
+
+    def _shrunk(self) -> None:
+        """Nothing where the size we knew said there was more: another writer shrank the file,
+        maybe below the end of the window. Its bytes past the new end are gone: the window ends there
+        (the builtin's reads see the new end past its own buffer's few KiB; the window may
+        hold far more)."""
+        try:
+            size = os.fstat(self._fd).st_size
+        except OSError:
+            return
+        if size < self.wend:
+            del self._mutable()[max(0, size - self.wstart):]
+            self.eof = self.size = size
 
     def next_fetch(self) -> int:
         """Offset at which the window continues from the position (regular files)."""

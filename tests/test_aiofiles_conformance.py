@@ -745,6 +745,31 @@ async def test_a_seek_after_an_append_another_writer_moved_answers_as_the_builti
     assert results[1] == results[0]
 
 
+@pytest.mark.parametrize("mode", ["rb", "r", "rb+", "r+"])
+@io_test
+async def test_a_read_to_the_end_after_another_writer_shrank_the_file_stops_at_its_end(
+        tmp_path: Path, mode: str) -> None:
+    """A line read (the window reads ahead 32 KiB), then another writer cuts the 240 000-byte
+    file to 20 000 bytes — past the builtin's own buffer, inside aionative's window — then
+    ``read()``: both return the bytes up to the new end and stop there (before, aionative
+    returned the window's 32 KiB, 12 KiB of them past the end, and ``tell()`` said 32768)."""
+    data = b"".join(b"line %06d\n" % i for i in range(20_000))
+    results = []
+    for name in ("ref", "ours"):
+        path = tmp_path / name
+        path.write_bytes(data)
+        call = await _ref_or_ours(name, path, mode, -1)
+        try:
+            head = await call("readline")
+            os.truncate(path, 20_000)
+            rest = await call("read")
+            results.append((head, rest, await call("tell")))
+        finally:
+            await call("close")
+    assert results[1] == results[0]
+    assert len(results[0][1]) == 20_000 - 12
+
+
 @io_test
 async def test_text_seek_to_the_current_position_answers_as_the_builtin(tmp_path: Path) -> None:
     """``seek(0, SEEK_CUR)`` in text mode seeks to ``tell()``'s cookie, whose decoder state
