@@ -255,12 +255,19 @@ async def close_fd(fd: int) -> None:
     await await_op(eng, eng.close_fd(fd))
 
 
-async def stat(path: StrPath, *, dir_fd: int | None = None,
+async def stat(path: StrPath | int, *, dir_fd: int | None = None,
                follow_symlinks: bool = True) -> os.stat_result:
-    """``os.stat`` (``lstat`` with ``follow_symlinks=False``)."""
+    """``os.stat`` (``lstat`` with ``follow_symlinks=False``); an int is a descriptor, with
+    ``os.stat``'s checks of the arguments that go with one."""
     eng = _native("statx")
     if eng is None:
         return await _in_thread(os.stat, path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+    if isinstance(path, int):
+        if dir_fd is not None:
+            raise ValueError("stat: can't specify dir_fd without matching path")
+        if path > 0 and not follow_symlinks:  # (os.stat lets descriptor 0 through)
+            raise ValueError("stat: cannot use fd and follow_symlinks together")
+        return await _fstat(eng, path, path)
     flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
     fut = eng.statx(_dirfd(dir_fd), os.fsencode(path), flags,
                     _STATX_BASIC_STATS, os.fspath(path))
@@ -272,8 +279,15 @@ async def fstat(fd: int) -> os.stat_result:
     eng = _native("statx")
     if eng is None:
         return await _in_thread(os.fstat, fd)
-    fut = eng.statx(fd.__index__(), b"", _AT_EMPTY_PATH, _STATX_BASIC_STATS,
-                    None)
+    return await _fstat(eng, fd.__index__(), None)
+
+
+async def _fstat(eng: Any, fd: int, name: int | None) -> os.stat_result:
+    if fd < 0:  # statx(AT_FDCWD, "", AT_EMPTY_PATH) is the working directory's
+        # (os.stat(-1) reads -1 as "no descriptor" and calls stat(NULL): EFAULT)
+        err = errno.EFAULT if fd == -1 and name is not None else errno.EBADF
+        raise OSError(err, os.strerror(err), name)
+    fut = eng.statx(fd, b"", _AT_EMPTY_PATH, _STATX_BASIC_STATS, name)
     return stat_result(await await_op(eng, fut))
 
 
@@ -324,7 +338,10 @@ async def link(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
     if eng is None:
         return await _in_thread(os.link, src, dst, src_dir_fd=src_dir_fd,
                                 dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
-    flags = _AT_SYMLINK_FOLLOW if follow_symlinks else 0
+    # os.link calls link(2), which does not follow a symbolic link, unless a directory
+    # descriptor makes it linkat(2) (or follow_symlinks=False asks for it).
+    dir_fds = src_dir_fd is not None or dst_dir_fd is not None
+    flags = _AT_SYMLINK_FOLLOW if follow_symlinks and dir_fds else 0
     fut = eng.linkat(_dirfd(src_dir_fd), os.fsencode(src),
                      _dirfd(dst_dir_fd), os.fsencode(dst), flags, os.fspath(src),
                      os.fspath(dst))

@@ -56,8 +56,6 @@ if hasattr(_os, "statvfs"):
 
 async def stat(path: StrPath | int, *, dir_fd: int | None = None, follow_symlinks: bool = True,
                loop: Any = None, executor: Any = None) -> _os.stat_result:
-    if isinstance(path, int):
-        return await _k.fstat(path)
     return await _k.stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
 
 

@@ -40,53 +40,59 @@ abspath = wrap(os.path.abspath)
 ismount = wrap(os.path.ismount)
 
 
-async def _stat_or_none(path: StrPath, follow_symlinks: bool = True) -> os.stat_result | None:
+async def _stat_or_none(path: StrPath | int,
+                        follow_symlinks: bool = True) -> os.stat_result | None:
     try:
         return await _k.stat(path, follow_symlinks=follow_symlinks)
     except (OSError, ValueError):
         return None
 
 
-async def exists(path: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+async def exists(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> bool:
     return await _stat_or_none(path) is not None
 
 
-async def isfile(path: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+async def isfile(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> bool:
     st = await _stat_or_none(path)
     return st is not None and _stat.S_ISREG(st.st_mode)
 
 
-async def isdir(path: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+async def isdir(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> bool:
     st = await _stat_or_none(path)
     return st is not None and _stat.S_ISDIR(st.st_mode)
 
 
 async def islink(path: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+    if isinstance(path, int):  # os.lstat takes no descriptor, and islink lets TypeError out
+        raise TypeError("lstat: path should be string, bytes or os.PathLike, "
+                        f"not {type(path).__name__}")
     st = await _stat_or_none(path, follow_symlinks=False)
     return st is not None and _stat.S_ISLNK(st.st_mode)
 
 
-async def getsize(path: StrPath, *, loop: Any = None, executor: Any = None) -> int:
+async def getsize(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> int:
     return (await _k.stat(path)).st_size
 
 
-async def getmtime(path: StrPath, *, loop: Any = None, executor: Any = None) -> float:
+async def getmtime(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
     return (await _k.stat(path)).st_mtime
 
 
-async def getatime(path: StrPath, *, loop: Any = None, executor: Any = None) -> float:
+async def getatime(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
     return (await _k.stat(path)).st_atime
 
 
-async def getctime(path: StrPath, *, loop: Any = None, executor: Any = None) -> float:
+async def getctime(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
     return (await _k.stat(path)).st_ctime
 
 
-async def samefile(f1: StrPath, f2: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
-    s1, s2 = await asyncio.gather(_k.stat(f1), _k.stat(f2))
-    return os.path.samestat(s1, s2)
+async def samefile(f1: StrPath | int, f2: StrPath | int, *, loop: Any = None,
+                   executor: Any = None) -> bool:
+    # One after the other, as os.path's: an error is the first path's when both fail.
+    s1 = await _k.stat(f1)
+    return os.path.samestat(s1, await _k.stat(f2))
 
 
 async def sameopenfile(fp1: int, fp2: int, *, loop: Any = None, executor: Any = None) -> bool:
-    s1, s2 = await asyncio.gather(_k.fstat(fp1), _k.fstat(fp2))
-    return os.path.samestat(s1, s2)
+    s1 = await _k.fstat(fp1)
+    return os.path.samestat(s1, await _k.fstat(fp2))

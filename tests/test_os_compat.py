@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,3 +89,81 @@ async def test_ospath(tmp_path: Path) -> None:
         os.close(fd2)
     with pytest.raises(FileNotFoundError):
         await aospath.getsize(tmp_path / "missing")
+
+
+def _outcome(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """A call's result, or its exception as (type, errno, filename, message)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the exception is the result compared
+        return (type(exc), getattr(exc, "errno", None), getattr(exc, "filename", None),
+                str(exc))
+
+
+async def _aoutcome(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return await fn(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        return (type(exc), getattr(exc, "errno", None), getattr(exc, "filename", None),
+                str(exc))
+
+
+async def test_descriptors_where_os_takes_them(tmp_path: Path) -> None:
+    """``stat``, the ``os.path`` predicates and ``samefile`` take a descriptor as ``os``
+    does, with its checks: no ``dir_fd`` beside one, no ``follow_symlinks=False`` beside one
+    above 0, ``islink`` refuses one (TypeError), and a negative one is EBADF. (Before, on
+    io_uring, ``stat(-100)`` — ``AT_FDCWD`` — answered the working directory's stat, and the
+    predicates raised TypeError for any descriptor; on every backend ``stat(fd,
+    follow_symlinks=False)`` answered and ``islink(fd)`` said False.)"""
+    f = tmp_path / "f"
+    f.write_bytes(b"abc")
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        for args, kwargs in [((fd,), {}), ((-100,), {}), ((-1,), {}), ((12345,), {}),
+                             ((fd,), {"follow_symlinks": False}), ((fd,), {"dir_fd": fd}),
+                             ((0,), {"follow_symlinks": False})]:
+            assert await _aoutcome(aos.stat, *args, **kwargs) == _outcome(
+                os.stat, *args, **kwargs), (args, kwargs)
+        for name in ("exists", "isfile", "isdir", "islink", "getsize", "getmtime",
+                     "getatime", "getctime"):
+            for arg in (fd, -100, 12345):
+                assert await _aoutcome(getattr(aospath, name), arg) == _outcome(
+                    getattr(os.path, name), arg), (name, arg)
+        assert await aospath.samefile(fd, f) is True
+        assert await _aoutcome(aospath.sameopenfile, -100, -100) == _outcome(
+            os.path.sameopenfile, -100, -100)
+    finally:
+        os.close(fd)
+
+
+async def test_link_of_a_symlink_links_the_symlink(tmp_path: Path) -> None:
+    """``os.link`` calls link(2), which does not follow a symbolic link (linkat with
+    ``AT_SYMLINK_FOLLOW`` only when a directory descriptor is given). Before, on io_uring,
+    the new name was a second link to the target, and a dangling symlink could not be
+    linked (FileNotFoundError)."""
+    (tmp_path / "t").write_bytes(b"x")
+    os.symlink("t", tmp_path / "s")
+    os.symlink("missing", tmp_path / "d")
+    await aos.link(tmp_path / "s", tmp_path / "h1")
+    await aos.link(tmp_path / "d", tmp_path / "h2")
+    assert os.path.islink(tmp_path / "h1") and os.path.islink(tmp_path / "h2")
+    assert os.stat(tmp_path / "t").st_nlink == 1
+    dfd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        await aos.link("s", "h3", src_dir_fd=dfd, dst_dir_fd=dfd)
+        await aos.link("s", "h4", src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+    finally:
+        os.close(dfd)
+    assert not os.path.islink(tmp_path / "h3") and os.path.islink(tmp_path / "h4")
+    assert os.stat(tmp_path / "t").st_nlink == 2
+
+
+async def test_samefile_names_the_first_path_that_fails(tmp_path: Path) -> None:
+    """``os.path.samefile`` stats its first argument first: when both fail, the error is
+    the first one's (before: whichever stat came back first, or on io_uring the one the
+    engine refused before submitting)."""
+    first = tmp_path / "nx_first"
+    for second in (tmp_path / "nx_second", "", "a\0b", "x" * 5000):
+        for _ in range(20):
+            assert await _aoutcome(aospath.samefile, first, second) == _outcome(
+                os.path.samefile, first, second), second
