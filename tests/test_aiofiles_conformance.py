@@ -1184,6 +1184,73 @@ async def test_temporary_file(tmp_path: Path, mode: str) -> None:
     assert os.listdir(tmp_path) == ["ref"]
 
 
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("factory", ["TemporaryFile", "NamedTemporaryFile"])
+@pytest.mark.parametrize("kwargs", [{"mode": "w+", "encoding": "bogus"},
+                                    {"mode": "w", "buffering": 0}],
+                         ids=["bad-encoding", "unbuffered-text"])
+@io_test
+async def test_a_temporary_file_its_file_object_refuses_raises_that_and_leaves_nothing(
+        tmp_path: Path, factory: str, kwargs: dict[str, Any]) -> None:
+    """The file object's error reaches the caller, as tempfile's (LookupError, ValueError),
+    and nothing stays behind: no file in the directory, no descriptor open. (Before, the
+    descriptor open_file had closed was closed again: EBADF over the error — or a number
+    reused meanwhile closed — and the named file stayed.)"""
+    ref_dir = tmp_path / "ref"
+    ref_dir.mkdir()
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    want = _outcome_type(lambda: getattr(tempfile, factory)(dir=ref_dir, **kwargs))
+    aionative.get_engine()  # (its descriptors are not the test's)
+    before = _fds()
+    with pytest.raises(want[0]) as info:
+        await getattr(aionative.tempfile, factory)(dir=ours, **kwargs)
+    assert str(info.value) == want[1]
+    assert os.listdir(ours) == [] == os.listdir(ref_dir)
+    assert _fds() == before
+
+
+def _outcome_type(fn: Callable[[], Any]) -> tuple[type[BaseException], str]:
+    try:
+        fn().close()
+    except Exception as exc:  # noqa: BLE001 - the exception is what is compared
+        return type(exc), str(exc)
+    raise AssertionError("tempfile accepted it")
+
+
+@pytest.mark.parametrize("kwargs", [{"prefix": b"x"}, {"suffix": b".s"}])
+@io_test
+async def test_a_bytes_prefix_or_suffix_names_the_temporary_file_in_bytes(
+        kwargs: dict[str, Any]) -> None:
+    """Without ``dir``, tempfile takes ``gettempdirb()`` for bytes names (before: TypeError
+    "Can't mix bytes and non-bytes in path components")."""
+    async with aionative.tempfile.NamedTemporaryFile(**kwargs) as f:
+        assert isinstance(f.name, bytes)
+        assert os.path.dirname(f.name) == tempfile.gettempdirb()
+        assert os.path.exists(f.name)
+    assert not os.path.exists(f.name)
+
+
+@pytest.mark.parametrize("where", ["missing", "a-file"])
+@io_test
+async def test_temporary_file_in_a_directory_that_is_not_one_names_the_file_it_tried(
+        tmp_path: Path, where: str) -> None:
+    """Any refusal of ``O_TMPFILE`` falls back to a named file, as tempfile's does, so the
+    error names the file it tried (before: the directory, from the ``O_TMPFILE`` open)."""
+    bad = tmp_path / where
+    if where == "a-file":
+        bad.write_bytes(b"")
+    with pytest.raises(OSError) as ref:
+        tempfile.TemporaryFile(dir=bad)
+    with pytest.raises(OSError) as ours:
+        await aionative.tempfile.TemporaryFile(dir=bad)
+    assert type(ours.value) is type(ref.value) and ours.value.errno == ref.value.errno
+    assert os.path.dirname(ours.value.filename) == str(bad)
+
+
 @pytest.mark.parametrize("factory", ["TemporaryFile", "NamedTemporaryFile"])
 @io_test
 async def test_temporary_file_in_read_mode_is_readable(tmp_path: Path, factory: str) -> None:

@@ -32,13 +32,16 @@ from . import temptypes as temptypes  # the submodule, as aiofiles.tempfile has 
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 
 
-async def _tempdir(dir: str | bytes | os.PathLike[str] | None,
-                   executor: Executor | None) -> Any:
+async def _tempdir(dir: str | bytes | os.PathLike[str] | None, executor: Executor | None,
+                   prefix: Any = None, suffix: Any = None) -> Any:
     if dir is not None:
         return os.fspath(dir)
     if _tempfile.tempdir is None:  # the first call probes candidate directories
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, _tempfile.gettempdir)
+        await loop.run_in_executor(executor, _tempfile.gettempdir)
+    # bytes when a bytes prefix or suffix asks for bytes names, as tempfile's
+    if _tempfile._infer_return_type(prefix, suffix, None) is bytes:  # type: ignore[attr-defined]
+        return _tempfile.gettempdirb()
     return _tempfile.gettempdir()
 
 
@@ -51,24 +54,23 @@ async def _temporary_file(mode: str, buffering: int, encoding: str | None,
                           newline: str | None, suffix: AnyStr | None, prefix: AnyStr | None,
                           dir: Any, errors: str | None, loop: Any,
                           executor: Executor | None) -> AsyncBase[Any]:
-    directory = await _tempdir(dir, executor)
+    directory = await _tempdir(dir, executor, prefix, suffix)
     fd = -1
     if _O_TMPFILE:
         try:
             fd = await _k.open_fd(directory, _flags(mode) | _O_TMPFILE | os.O_EXCL, 0o600)
-        except (IsADirectoryError, OSError) as exc:
-            if not isinstance(exc, IsADirectoryError) and exc.errno not in (
-                    95, 21, 22):  # EOPNOTSUPP, EISDIR, EINVAL: no O_TMPFILE here
-                raise
+        except OSError:
+            # As tempfile's: any refusal (no O_TMPFILE on this filesystem, a kernel that
+            # reads it as O_DIRECTORY, a missing directory) falls back to a named file, whose
+            # error then names the file it tried.
+            pass
     if fd < 0:
         fd, name = await _create_named(directory, suffix, prefix, mode)
         await _k.unlink(name)
-    try:
-        return await open_file(fd, mode, buffering, encoding, errors, newline, loop=loop,
-                               executor=executor)
-    except BaseException:
-        os.close(fd)
-        raise
+    # open_file closes the descriptor it was given if it fails (closefd): a second close
+    # here would raise EBADF over its error, or close a number reused meanwhile.
+    return await open_file(fd, mode, buffering, encoding, errors, newline, loop=loop,
+                           executor=executor)
 
 
 async def _create_named(directory: Any, suffix: Any, prefix: Any, mode: str
@@ -104,13 +106,13 @@ async def _named(mode: str, buffering: int, encoding: str | None, newline: str |
                  suffix: Any, prefix: Any, dir: Any, delete: bool, errors: str | None,
                  loop: Any, executor: Executor | None,
                  delete_on_close: bool = True) -> AsyncBase[Any]:
-    directory = await _tempdir(dir, executor)
+    directory = await _tempdir(dir, executor, prefix, suffix)
     fd, name = await _create_named(directory, suffix, prefix, mode)
     try:
         f = await open_file(fd, mode, buffering, encoding, errors, newline, loop=loop,
                             executor=executor)
     except BaseException:
-        os.close(fd)
+        # (open_file has closed the descriptor: closefd)
         await _k.unlink(name)
         raise
     assert f._raw is not None
