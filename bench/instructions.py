@@ -14,7 +14,8 @@ budget keeps the fast path's behaviour what it is at full speed (valgrind runs ~
 
 Cases: ``read:N`` (sequential ``read(N)`` of W1's cached file, ``rb``), ``readline:MODE``
 (``await f.readline()`` over W7's lines file, ``rb`` or ``r``), ``afor:MODE`` (``async for``
-over it). Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the
+over it), ``pread:N`` (``await aionative.pread(fd, N, off)`` against ``os.pread``, over the
+first MiB of W1's file, read once first: the inline fast path of a hot read, as W1's). Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the
 data in ``bench/.data``.
 """
 
@@ -37,7 +38,7 @@ WARMUP = 200
 
 
 def _path(case: str) -> str:
-    pattern = "w1-hot-*.bin" if case.startswith("read:") else "w7-lines-*.txt"
+    pattern = "w1-hot-*.bin" if case.startswith(("read:", "pread:")) else "w7-lines-*.txt"
     found = sorted(DATA_DIR.glob(pattern))
     if not found:
         raise SystemExit(f"no {pattern} in {DATA_DIR}: run `make bench` first")
@@ -49,6 +50,22 @@ async def _child(case: str, impl: str, calls: int) -> None:
 
     kind, arg = case.split(":")
     path, total = _path(case), WARMUP + calls
+    if kind == "pread":
+        n, span = int(arg), 1 << 20
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.pread(fd, span, 0)
+            if impl == "builtin":
+                p = os.pread
+                for i in range(total):
+                    p(fd, n, (i * n) % span)
+            else:
+                ap = aionative.pread
+                for i in range(total):
+                    await ap(fd, n, (i * n) % span)
+        finally:
+            os.close(fd)
+        return
     mode = "rb" if kind == "read" else arg
     if impl == "builtin":
         with open(path, mode) as f:  # noqa: ASYNC230 - the reference
@@ -97,7 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     for case in args.cases:
         per = {impl: (_instructions(case, impl, n2) - _instructions(case, impl, n1)) / (n2 - n1)
                for impl in ("aionative", "builtin")}
-        print(f"  {case:12} aionative.open {per['aionative']:8.0f}   builtin open "
+        ours, ref = (("aionative.pread", "os.pread") if case.startswith("pread:")
+                     else ("aionative.open", "builtin open"))
+        print(f"  {case:12} {ours} {per['aionative']:8.0f}   {ref} "
               f"{per['builtin']:6.0f}   ratio {per['aionative'] / per['builtin']:5.1f}×",
               flush=True)
 
