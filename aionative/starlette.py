@@ -641,6 +641,13 @@ class _Found:
             os.close(fd)
 
 
+def _serves(response: FileResponse, found: _Found) -> bool:
+    """Whether ``response`` serves the file ``found`` opened: its path, with its stat."""
+    st = response.stat_result
+    return (os.fspath(response.path) == found.path and st is not None
+            and (st.st_dev, st.st_ino) == (found.st.st_dev, found.st.st_ino))
+
+
 class StaticFiles(_StarletteStaticFiles):
     """``starlette.staticfiles.StaticFiles`` (same arguments: ``directory``, ``packages``,
     ``html``, ``check_dir``, ``follow_symlink``), looking files up through the engine and
@@ -713,10 +720,12 @@ class StaticFiles(_StarletteStaticFiles):
         except BaseException:
             found.release()
             raise
-        if isinstance(response, FileResponse):
+        if isinstance(response, FileResponse) and _serves(response, found):
             response._adopt(found.fd)
             found.fd = -1
         else:
+            # Another response, or one for another file (a subclass serving a precompressed
+            # copy) or without the stat it was given: it opens what it serves itself.
             found.release()
         return response
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
+import gzip
 import json
 import os
 import re
@@ -744,6 +746,63 @@ async def test_static_files_same_as_starlette(tree: Path) -> None:
                 r1 = await a.request(method, url, headers=headers)
                 r2 = await b.request(method, url, headers=headers)
                 assert normalised(r1) == normalised(r2), (html, method, url, headers)
+
+
+@pytest.mark.asyncio
+async def test_static_subclass_serving_another_file_sends_that_file(tmp_path: Path) -> None:
+    """A subclass's ``file_response`` (Starlette's override point) that serves a
+    precompressed sibling: the body is the sibling's, as with Starlette's class (before: the
+    descriptor opened for the name asked went to the new response, which sent the first
+    bytes of the uncompressed file labelled gzip)."""
+    (tmp_path / "app.js").write_bytes(b"console.log('hello');\n" * 2000)
+    gz = gzip.compress((tmp_path / "app.js").read_bytes())
+    (tmp_path / "app.js.gz").write_bytes(gz)
+
+    def app(static: Any, response: Any) -> Starlette:
+        class Precompressed(static):  # type: ignore[misc, valid-type]
+            def file_response(self, full_path: Any, stat_result: os.stat_result, scope: Any,
+                              status_code: int = 200) -> Any:
+                other = f"{full_path}.gz"
+                return response(other, stat_result=os.stat(other),
+                                headers={"content-encoding": "gzip"})
+        return Starlette(routes=[Mount("/s", Precompressed(directory=tmp_path))])
+
+    bodies = []
+    for static, response in ((StaticFiles, FileResponse),
+                             (StarletteStaticFiles, StarletteFileResponse)):
+        async with (httpx.AsyncClient(transport=httpx.ASGITransport(app(static, response)),
+                                      base_url="http://t") as client,
+                    client.stream("GET", "/s/app.js") as r):
+            bodies.append(b"".join([c async for c in r.aiter_raw()]))
+    assert bodies[0] == bodies[1] == gz
+    assert open_fds_to(tmp_path / "app.js") == 0
+
+
+@pytest.mark.asyncio
+async def test_static_subclass_response_without_a_stat_closes_every_descriptor(
+        tmp_path: Path) -> None:
+    """A subclass's ``file_response`` that builds ``FileResponse(full_path)`` without the
+    stat: each GET closes what it opened (before: the response opened the file again and the
+    descriptor StaticFiles had handed it stayed open, one a GET)."""
+    page = tmp_path / "page.html"
+    page.write_bytes(b"<p>hi</p>" * 10)
+
+    class Cached(StaticFiles):
+        def file_response(self, full_path: Any, stat_result: os.stat_result, scope: Any,
+                          status_code: int = 200) -> Any:
+            return FileResponse(full_path, status_code=status_code,
+                                headers={"cache-control": "max-age=60"})
+
+    app = Starlette(routes=[Mount("/s", Cached(directory=tmp_path))])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app),
+                                 base_url="http://t") as client:
+        for _ in range(20):
+            r = await client.get("/s/page.html")
+            assert r.status_code == 200 and r.content == page.read_bytes()
+            assert r.headers["cache-control"] == "max-age=60"
+        await client.head("/s/page.html")
+    gc.collect()
+    assert open_fds_to(page) == 0
 
 
 @pytest.mark.asyncio
