@@ -18,7 +18,9 @@ Needs ``fastapi`` (``pip install aionative[fastapi]``); ``import aionative`` doe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import functools
 import inspect
 import io
 import os
@@ -117,8 +119,12 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
 
     The bytes go to a new temporary file beside ``destination`` (``.<name>.<random>.part``),
     renamed over it only once they are all written: a reader sees the old file or the new one,
-    never a part; on an error (or cancellation) the temporary file is removed and
-    ``destination`` is as it was. The rename replaces the name: a symlink at ``destination`` is
+    never a part; on an error, or a cancellation before the rename, the temporary file is
+    removed (when an open or close the cancellation cut short ends, if it had not yet) and
+    ``destination`` is as it was. The rename is the commit point and is not cut short: a
+    cancellation that arrives while it runs (or while ``fsync=True`` syncs the directory after
+    it) is raised once it is done, ``destination`` then being the new file. The rename replaces
+    the name: a symlink at ``destination`` is
     replaced, not written through, and the new file has the default mode (``0o666`` less the
     umask), not the old one's.
 
@@ -135,10 +141,14 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
     directory, name = os.path.split(target)
     temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.part")
     # O_EXCL: a fresh file, never one (or a symlink) that someone put at that name.
+    opening = asyncio.ensure_future(
+        _k.open_fd(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     try:
-        out = await _k.open_fd(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        out = await asyncio.shield(opening)
     except asyncio.CancelledError:
-        _remove(temporary)  # the open may have created it before the cancellation
+        # A worker's os.open, or the kernel's, goes on: what it creates is closed and removed
+        # when it ends (removed now, the file could appear after).
+        opening.add_done_callback(functools.partial(_discard_open, temporary))
         raise
     try:
         try:
@@ -148,14 +158,40 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
         except BaseException:
             os.close(out)  # inline: every operation on it is over; nothing here may be cancelled
             raise
-        await _k.close_fd(out)
-        await _k.replace(temporary, target)
+        closing = asyncio.ensure_future(_k.close_fd(out))
+        try:
+            await asyncio.shield(closing)  # a close cut short would leave the descriptor open
+        except asyncio.CancelledError:
+            closing.add_done_callback(_consume)
+            raise
+        renaming = asyncio.ensure_future(_k.replace(temporary, target))
+        try:
+            await asyncio.shield(renaming)
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):  # its outcome, before the caller's
+                await renaming
+            raise
     except BaseException:
         _remove(temporary)
         raise
     if fsync:
         await _fsync_directory(eng, directory or ".")
     return written
+
+
+def _discard_open(path: str, fut: asyncio.Future[int]) -> None:
+    """The open of an upload's temporary file ended after its caller was cancelled: close
+    and remove what it created (nothing, if it failed: O_EXCL, the name was not ours)."""
+    if not fut.cancelled() and fut.exception() is not None:
+        return
+    if not fut.cancelled():
+        os.close(fut.result())
+    _remove(path)
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # retrieved: the caller was cancelled and reports that
 
 
 def _remove(path: str) -> None:

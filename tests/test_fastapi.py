@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -208,6 +209,88 @@ async def test_save_upload_sources_and_errors(tmp_path: Path) -> None:
         await save_upload(UploadFile(Broken(b"abc")), tmp_path / "new.bin")  # type: ignore[arg-type]
     assert not (tmp_path / "new.bin").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.bin"]
+
+
+class _HoldingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """One worker; the job of the named function is held (queued behind a sleep, or its
+    worker asleep before or after the call), and ``reached`` set when it is submitted."""
+
+    def __init__(self, step: str, how: str, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(max_workers=1)
+        self.step, self.how, self.loop = step, how, loop
+        self.reached = asyncio.Event()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        name = getattr(getattr(fn, "func", fn), "__name__", "")
+        if name != self.step or self.reached.is_set():
+            return super().submit(fn, *args, **kwargs)
+        ev = self.reached
+        if self.how == "queued":
+            super().submit(time.sleep, 0.3)
+            self.loop.call_soon_threadsafe(ev.set)
+            return super().submit(fn, *args, **kwargs)
+
+        def held() -> Any:
+            if self.how == "after":
+                res = fn(*args, **kwargs)
+                self.loop.call_soon_threadsafe(ev.set)
+                time.sleep(0.3)
+                return res
+            self.loop.call_soon_threadsafe(ev.set)
+            time.sleep(0.3)
+            return fn(*args, **kwargs)
+        return super().submit(held)
+
+
+def _fd_links() -> dict[str, str]:
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize(("step", "how"), [("open", "queued"), ("open", "running"),
+                                           ("close", "queued"), ("close", "running"),
+                                           ("rename", "queued"), ("rename", "running"),
+                                           ("rename", "after")])
+@pytest.mark.asyncio
+async def test_save_upload_cancelled_at_each_step_keeps_its_promise(
+        backend: str, tmp_path: Path, step: str, how: str) -> None:
+    """``save_upload`` cancelled while its open, close or rename waits in a busy executor, or
+    runs there: before the rename, the destination is as it was; the rename, once asked for
+    (queued or running), finishes before the CancelledError; either way no temporary file and no descriptor stay
+    behind. (Before: a close cancelled before a worker took it never ran — a descriptor
+    leaked; an open cancelled as it ran created its file after the removal; and a rename cut
+    short raised CancelledError without waiting for the replaced destination.) The backends
+    whose opens, closes and renames go to the executor (on io_uring they are the kernel's)."""
+    if backend == "io_uring":
+        pytest.skip("io_uring opens, closes and renames in the kernel, not the executor")
+    loop = asyncio.get_running_loop()
+    warm = _upload(b"")
+    await save_upload(warm, tmp_path / "warm-up")  # the engine and its descriptors
+    await warm.close()
+    dest = tmp_path / "dest.bin"
+    dest.write_bytes(b"OLD")
+    data = os.urandom(100_000)
+    executor = _HoldingExecutor(step, how, loop)
+    loop.set_default_executor(executor)
+    upload = _upload(data)
+    before = _fd_links()
+    task = asyncio.create_task(save_upload(upload, dest))
+    await asyncio.wait_for(executor.reached.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.6)  # the held job ends
+    executor.shutdown(wait=True)
+    await upload.close()
+    want = data if step == "rename" else b"OLD"  # a rename asked for is not taken back
+    assert dest.read_bytes() == want
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest.bin", "warm-up"]
+    assert [v for k, v in _fd_links().items() if k not in before] == []
 
 
 @pytest.mark.asyncio
