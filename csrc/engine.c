@@ -1091,7 +1091,14 @@ static void engine_abandon(engine_t *e, uint32_t idx)
         op_finish(e, idx, ECANCELED);
     } else if (op->state == OPS_KERNEL && !op->cancel_sent) {
         op->cancel_sent = 1;
-        e->ops->cancel(e, idx);
+        /* A piece the kernel has not taken yet names its descriptor by number, and the caller
+         * may close that number as soon as this returns: it is taken back, never submitted. */
+        if (e->ops->withdraw(e, idx)) {
+            e->st.withdrawn++;
+            engine_fail_unaccepted(e, idx, ECANCELED);
+        } else {
+            e->ops->cancel(e, idx);
+        }
     }
 }
 
@@ -1103,10 +1110,7 @@ PyObject *Engine_cancel(engine_t *e, PyObject *fut)
     if (idx == OP_NONE)
         Py_RETURN_FALSE;
     engine_abandon(e, idx);
-    /* Submit now, not with the iteration's batch: an operation prepared but not yet submitted
-     * names its descriptor by number only, and the caller may close that number as soon as
-     * this returns — a number that accept() or open() may hand out again at once. Once
-     * submitted, the kernel holds the file itself. The cancel request goes out too. */
+    /* The cancel request goes out now, not with the iteration's batch. */
     if (e->in_kernel) {
         PyObject *r = Engine_flush(e, NULL);
         if (!r)

@@ -173,6 +173,10 @@ typedef struct backend_ops {
     int (*pending)(struct engine *e);
     /* Take back every unaccepted piece, finishing its operation with `err`. */
     void (*unprep)(struct engine *e, int err);
+    /* Take an operation's piece back from the submission queue if the kernel has not
+     * accepted it (its submission was refused for the moment): 1, and the kernel never sees
+     * it; 0 when the kernel has it. */
+    int (*withdraw)(struct engine *e, uint32_t idx);
     /* Ask the kernel to cancel an operation; best effort. */
     void (*cancel)(struct engine *e, uint32_t idx);
     /* Free kernel objects. Called with nothing in flight, or from a forked child. */

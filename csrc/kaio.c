@@ -573,26 +573,24 @@ static void k_unprep(engine_t *e, int err)
     }
 }
 
-static void k_cancel(engine_t *e, uint32_t idx)
+static int k_withdraw(engine_t *e, uint32_t idx)
 {
-    /* Still waiting for io_submit to take it (its submission was refused for the moment): the
-     * kernel has not seen the iocb, and would resolve its descriptor number when it does —
-     * after the caller may have closed it and the number gone to another file. An abandoned
-     * one ends here, with nothing done (a close's drain, which cancels reads still awaited,
-     * submits them instead). Otherwise io_cancel is not supported for file I/O: the piece
-     * completes on its own, and its result is dropped or delivered as the engine decides. */
     kaio_t *a = &e->b.aio;
-    for (unsigned i = 0; engine_slot(e, idx)->abandoned && i < a->npending; i++) {
-        struct iocb *cb = a->pending[i];
-        if ((uint32_t)cb->aio_data != idx)
+    for (unsigned i = 0; i < a->npending; i++) {
+        if ((uint32_t)((struct iocb *)a->pending[i])->aio_data != idx)
             continue;
         a->npending--;
         memmove(a->pending + i, a->pending + i + 1, (a->npending - i) * sizeof(void *));
         iocb_release(a, engine_slot(e, idx));
-        e->st.withdrawn++;
-        engine_fail_unaccepted(e, idx, ECANCELED);
-        return;
+        return 1;
     }
+    return 0;
+}
+
+static void k_cancel(engine_t *e, uint32_t idx)
+{
+    /* io_cancel is not supported for file I/O: the piece completes on its own, and its
+     * result is dropped or delivered as the engine decides. */
 }
 
 static void k_destroy(engine_t *e)
@@ -633,6 +631,7 @@ const backend_ops kaio_ops = {
     .reap = k_reap,
     .unaccepted = k_unaccepted,
     .unprep = k_unprep,
+    .withdraw = k_withdraw,
     .cancel = k_cancel,
     .destroy = k_destroy,
     .info = k_info,

@@ -309,6 +309,12 @@ int uring_create(engine_t *e, unsigned entries, unsigned force_flags, int use_fo
     return 0;
 }
 
+/* The entry at position `i` of the submission ring. */
+static struct io_uring_sqe *sqe_at(uring_t *r, unsigned i)
+{
+    return &((struct io_uring_sqe *)r->sqes)[r->sq_array[i & *r->sq_mask]];
+}
+
 static struct io_uring_sqe *sqe_get(uring_t *r)
 {
     unsigned head = __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
@@ -474,33 +480,36 @@ static void u_unprep(engine_t *e, int err)
     r->sq_local_tail = head;
     __atomic_store_n(r->sq_tail, head, __ATOMIC_RELEASE);
     for (unsigned i = head; i != tail; i++) {
-        struct io_uring_sqe *sqe = &((struct io_uring_sqe *)r->sqes)[r->sq_array[i & *r->sq_mask]];
+        struct io_uring_sqe *sqe = sqe_at(r, i);
         if (sqe->user_data != CANCEL_UD)
             engine_fail_unaccepted(e, (uint32_t)sqe->user_data, err);
     }
 }
 
+/* The entries between the kernel's head and our tail are ours until an io_uring_enter reads
+ * them (no SQPOLL): one is taken out by moving the later ones up a place, each keeping its
+ * ring index (sq_array[i] == i, see sqe_get). */
+static int u_withdraw(engine_t *e, uint32_t idx)
+{
+    uring_t *r = &e->b.ring;
+    unsigned head = __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
+    for (unsigned i = head; i != r->sq_local_tail; i++) {
+        if (sqe_at(r, i)->user_data != idx)
+            continue;
+        for (unsigned j = i; j + 1 != r->sq_local_tail; j++)
+            *sqe_at(r, j) = *sqe_at(r, j + 1);
+        r->sq_local_tail--;
+        unsigned published = __atomic_load_n(r->sq_tail, __ATOMIC_RELAXED);
+        if (published - head > r->sq_local_tail - head)
+            __atomic_store_n(r->sq_tail, r->sq_local_tail, __ATOMIC_RELEASE);
+        return 1;
+    }
+    return 0;
+}
+
 static void u_cancel(engine_t *e, uint32_t idx)
 {
     uring_t *r = &e->b.ring;
-    /* Still in the submission queue (its submission was refused for the moment): the kernel
-     * has not read the entry, and would resolve its descriptor number when it does — after
-     * the caller may have closed it and the number gone to another file. An abandoned one
-     * becomes a no-op that completes it with nothing done (a close's drain, which cancels
-     * reads still awaited, submits them instead). No SQPOLL: the kernel reads entries only
-     * inside our io_uring_enter. */
-    unsigned head = __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
-    for (unsigned i = head; engine_slot(e, idx)->abandoned && i != r->sq_local_tail; i++) {
-        struct io_uring_sqe *q = &((struct io_uring_sqe *)r->sqes)[r->sq_array[i & *r->sq_mask]];
-        if (q->user_data == idx) {
-            memset(q, 0, sizeof *q);
-            q->opcode = IORING_OP_NOP;
-            q->fd = -1;
-            q->user_data = idx;
-            e->st.withdrawn++;
-            return;
-        }
-    }
     struct io_uring_sqe *sqe = sqe_get(r);
     if (!sqe) {
         u_submit(e);
@@ -571,6 +580,7 @@ const backend_ops uring_ops = {
     .unaccepted = u_unaccepted,
     .pending = u_pending,
     .unprep = u_unprep,
+    .withdraw = u_withdraw,
     .cancel = u_cancel,
     .destroy = u_destroy,
     .info = u_info,
