@@ -172,10 +172,12 @@ class _TextRules:
             self.unit > 1 or name in _BOUNDED_CODECS or name.startswith(("iso8859", "cp")))
 
     def learn(self, buf: bytes | bytearray, wstart: int) -> None:
-        """A generic UTF-16/32 file's byte order, from the BOM at its start when ``buf`` (the
-        window, from file offset ``wstart``) holds it: each byte order's line ends are
-        another's characters (U+0D00 is a big-endian ``"\\r"`` in a little-endian file)."""
-        if len(self._orders) < 2 or wstart != 0 or len(buf) < self.unit:
+        """While ``pending``: a generic UTF-16/32 file's byte order, from the BOM at its start
+        when ``buf`` (the window, from file offset ``wstart``) holds it — each byte order's
+        line ends are another's characters (U+0D00 is a big-endian ``"\\r"`` in a
+        little-endian file). Learnt once: a file rewritten in the other order later is read
+        in the first (a line judged ready that is not fails loudly, see _check_text_miss)."""
+        if wstart != 0 or len(buf) < self.unit:
             return
         head = bytes(buf[:self.unit])
         for bom, pats in self._orders:
@@ -1743,12 +1745,13 @@ class AsyncTextIOWrapper(AsyncBase[str]):
                 limit += self._dirty
                 while True:
                     buf, i, at_eof = raw.window_view()
-                    rules.learn(buf, raw.wstart)
-                    if rules.pending and len(buf) >= rules.unit and not at_eof:
-                        # A generic UTF-16/32 file whose start the window has not shown.
-                        res = await self._run_blocking(fn, *args)
-                        await self._push()
-                        return res
+                    if rules.pending:
+                        rules.learn(buf, raw.wstart)
+                        if rules.pending and len(buf) >= rules.unit and not at_eof:
+                            # A generic UTF-16/32 file whose start the window has not shown.
+                            res = await self._run_blocking(fn, *args)
+                            await self._push()
+                            return res
                     have = len(buf) - i
                     if at_eof or have >= limit or have > skip and rules.line_ready(
                             buf, i + skip, self._ready_end(buf, at_eof)):
@@ -1795,7 +1798,6 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             # The common case first: a line end already in the window, nothing to await.
             if not self._dirty and raw.kind != STREAM and rules.patterns and not raw.closed:
                 buf, i, at_eof = raw.window_view()
-                rules.learn(buf, raw.wstart)
                 if rules.line_ready(buf, i, self._ready_end(buf, at_eof)):
                     res = str(self._run(self._file.readline, size))
                     self._check_text_miss()
