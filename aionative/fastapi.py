@@ -26,9 +26,9 @@ import io
 import os
 import secrets
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from fastapi import HTTPException, UploadFile
 
@@ -37,6 +37,8 @@ from ._engine import EngineLike, close_engine, get_engine
 from ._files import AsyncBase
 from ._open import open_file
 from .starlette import FileResponse, StaticFiles, _settle
+
+T = TypeVar("T")
 
 __all__ = [
     "FileResponse",
@@ -140,16 +142,12 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
     target = os.fspath(destination)
     directory, name = os.path.split(target)
     temporary = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.part")
-    # O_EXCL: a fresh file, never one (or a symlink) that someone put at that name.
-    opening = asyncio.ensure_future(
-        _k.open_fd(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    try:
-        out = await asyncio.shield(opening)
-    except asyncio.CancelledError:
-        # A worker's os.open, or the kernel's, goes on: what it creates is closed and removed
-        # when it ends (removed now, the file could appear after).
-        opening.add_done_callback(functools.partial(_discard_open, temporary))
-        raise
+    # O_EXCL: a fresh file, never one (or a symlink) that someone put at that name. Cancelled,
+    # the open (a worker's or the kernel's) goes on: what it creates is closed and removed when
+    # it ends (removed now, the file could appear after).
+    out = await _finished_anyway(
+        _k.open_fd(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666),
+        functools.partial(_discard_open, temporary))
     try:
         try:
             written = await _copy_upload(eng, upload, out, chunk_size)
@@ -158,12 +156,7 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
         except BaseException:
             os.close(out)  # inline: every operation on it is over; nothing here may be cancelled
             raise
-        closing = asyncio.ensure_future(_k.close_fd(out))
-        try:
-            await asyncio.shield(closing)  # a close cut short would leave the descriptor open
-        except asyncio.CancelledError:
-            closing.add_done_callback(_consume)
-            raise
+        await _finished_anyway(_k.close_fd(out), _consume)  # (cut short: left open)
         renaming = asyncio.ensure_future(_k.replace(temporary, target))
         try:
             await asyncio.shield(renaming)
@@ -179,14 +172,24 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
     return written
 
 
+async def _finished_anyway(aw: Awaitable[T], on_cancel: Callable[[asyncio.Future[T]], Any]
+                           ) -> T:
+    """Await ``aw``; cancelled meanwhile, it goes on, and ``on_cancel`` gets its task when it
+    ends (a worker's or the kernel's open or close cannot be called back)."""
+    task = asyncio.ensure_future(aw)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(on_cancel)
+        raise
+
+
 def _discard_open(path: str, fut: asyncio.Future[int]) -> None:
     """The open of an upload's temporary file ended after its caller was cancelled: close
     and remove what it created (nothing, if it failed: O_EXCL, the name was not ours)."""
-    if not fut.cancelled() and fut.exception() is not None:
-        return
-    if not fut.cancelled():
-        os.close(fut.result())
-    _remove(path)
+    if fut.cancelled() or fut.exception() is None:
+        _k._close_result(fut)
+        _remove(path)
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
