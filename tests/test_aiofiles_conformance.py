@@ -571,6 +571,24 @@ async def _ref_or_ours(name: str, path: Path, mode: str,
     return call
 
 
+async def _on_both(tmp_path: Path, mode: str, content: bytes,
+                   steps: Callable[[Callable[..., Awaitable[Any]], Path], Awaitable[Any]]
+                   ) -> list[tuple[Any, bytes]]:
+    """``steps(call, path)`` on a file of ``content`` opened in ``mode`` by the builtin, then
+    by aionative (``_ref_or_ours``): each one's result, with the file's bytes after."""
+    results = []
+    for name in ("ref", "ours"):
+        path = tmp_path / name
+        path.write_bytes(content)
+        call = await _ref_or_ours(name, path, mode, -1)
+        try:
+            got = await steps(call, path)
+        finally:
+            await call("close")
+        results.append((got, path.read_bytes()))
+    return results
+
+
 @pytest.mark.parametrize("mode,buffering", APPEND_CASES)
 @io_test
 async def test_append_position_follows_other_writers(tmp_path: Path, mode: str,
@@ -722,20 +740,14 @@ async def test_a_seek_after_an_append_another_writer_moved_answers_as_the_builti
     write lands at the end the other writer left, and the seek's answer counts from there,
     as ``tell()`` does after it (before, "ab+" answered from the end this file had known:
     three bytes short)."""
-    results = []
-    for name in ("ref", "ours"):
-        path = tmp_path / name
-        path.write_bytes(b"0123456789")
-        call = await _ref_or_ours(name, path, mode, -1)
-        try:
-            with builtins.open(path, "ab") as other:
-                other.write(b"XYZ")
-            await call("write", b"ab\n")
-            results.append((await call("seek", offset, whence), await call("tell")))
-        finally:
-            await call("close")
-        assert path.read_bytes() == b"0123456789XYZab\n"
-    assert results[1] == results[0]
+    async def steps(call: Callable[..., Awaitable[Any]], path: Path) -> Any:
+        with builtins.open(path, "ab") as other:
+            other.write(b"XYZ")
+        await call("write", b"ab\n")
+        return await call("seek", offset, whence), await call("tell")
+
+    ref, ours = await _on_both(tmp_path, mode, b"0123456789", steps)
+    assert ours == ref and ref[1] == b"0123456789XYZab\n"
 
 
 @pytest.mark.parametrize("mode", ["rb", "r", "rb+", "r+"])
@@ -746,21 +758,15 @@ async def test_a_read_to_the_end_after_another_writer_shrank_the_file_stops_at_i
     file to 20 000 bytes — past the builtin's own buffer, inside aionative's window — then
     ``read()``: both return the bytes up to the new end and stop there (before, aionative
     returned the window's 32 KiB, 12 KiB of them past the end, and ``tell()`` said 32768)."""
-    data = b"".join(b"line %06d\n" % i for i in range(20_000))
-    results = []
-    for name in ("ref", "ours"):
-        path = tmp_path / name
-        path.write_bytes(data)
-        call = await _ref_or_ours(name, path, mode, -1)
-        try:
-            head = await call("readline")
-            os.truncate(path, 20_000)
-            rest = await call("read")
-            results.append((head, rest, await call("tell")))
-        finally:
-            await call("close")
-    assert results[1] == results[0]
-    assert len(results[0][1]) == 20_000 - 12
+    async def steps(call: Callable[..., Awaitable[Any]], path: Path) -> Any:
+        head = await call("readline")
+        os.truncate(path, 20_000)
+        return head, await call("read"), await call("tell")
+
+    ref, ours = await _on_both(tmp_path, mode, b"".join(b"line %06d\n" % i for i in range(20_000)),
+                               steps)
+    assert ours == ref
+    assert len(ref[0][1]) == 20_000 - 12
 
 
 @io_test
