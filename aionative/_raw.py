@@ -290,9 +290,9 @@ class WindowRaw(io.RawIOBase):
 
     def _shrunk(self) -> None:
         """Nothing where the size we knew said there was more: another writer shrank the file,
-        maybe below the end of the window. Its bytes past the new end are gone: the window ends there
-        (the builtin's reads see the new end past its own buffer's few KiB; the window may
-        hold far more)."""
+        maybe below the end of the window. Its bytes past the new end are gone: the window
+        ends there (the builtin's reads see the new end past its own buffer's few KiB; the
+        window may hold far more)."""
         try:
             size = os.fstat(self._fd).st_size
         except OSError:

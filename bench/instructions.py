@@ -15,8 +15,9 @@ budget keeps the fast path's behaviour what it is at full speed (valgrind runs ~
 Cases: ``read:N`` (sequential ``read(N)`` of W1's cached file, ``rb``), ``readline:MODE``
 (``await f.readline()`` over W7's lines file, ``rb`` or ``r``), ``afor:MODE`` (``async for``
 over it), ``pread:N`` (``await aionative.pread(fd, N, off)`` against ``os.pread``, over the
-first MiB of W1's file, read once first: the inline fast path of a hot read, as W1's). Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the
-data in ``bench/.data``.
+first MiB of W1's file, read once first: the inline fast path of a hot read, as W1's).
+Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the data in
+``bench/.data``.
 """
 
 from __future__ import annotations
