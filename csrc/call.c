@@ -8,6 +8,9 @@
  * - done inline: the step returns the result at once (am_send, no StopIteration);
  * - queued: the Call delegates to the engine future's iterator, and a CancelledError thrown
  *   into it abandons the operation (Engine.cancel) before it propagates, as await_op does;
+ * - a smaller pread or preadinto that the spent budget refused (or the end of its run's
+ *   slice, while others are parked) is read inline all the same, and the Call awaits the
+ *   future its caller parks on (engine_park), which a later flush resolves;
  * - a pread or preadinto of `turn_min` bytes or more, or a pwrite, that the spent budget
  *   refused yields once (a bare yield: the task runs again on the next iteration) and is
  *   retried: inline if the engine admits the retry; else a read is queued, and a pwrite waits
@@ -76,9 +79,17 @@ static PySendResult call_delegate(call_t *c, PyObject *it, PyObject **result)
     return r;
 }
 
+/* The caller's task is about to yield to the loop: its run of inline reads ends. */
+static void call_run_ends(call_t *c)
+{
+    if (c->eng)
+        ((engine_t *)c->eng)->slice_used = 0;
+}
+
 /* Await the engine future `fut` (a new reference). */
 static PySendResult call_await(call_t *c, PyObject *fut, PyObject **result)
 {
+    call_run_ends(c);
     unaryfunc am_await = Py_TYPE(fut)->tp_as_async ? Py_TYPE(fut)->tp_as_async->am_await : NULL;
     PyObject *it = am_await ? am_await(fut) : NULL;
     if (!it) {
@@ -122,6 +133,7 @@ static PySendResult call_slow(call_t *c, PyObject *fn, PyObject *const *args, si
 static PySendResult call_turn(call_t *c, PyObject *refused, PyObject **result)
 {
     Py_DECREF(refused);
+    call_run_ends(c);
     c->state = ST_TURN;
     *result = Py_NewRef(Py_None);
     return PYGEN_NEXT;
@@ -141,6 +153,42 @@ static PySendResult call_large_read(call_t *c, engine_t *e, int retry, PyObject 
     if (res && !(into ? PyLong_CheckExact(res) : PyBytes_CheckExact(res))) {
         Py_DECREF(res);  /* False or None: not done */
         res = into ? Engine_preadinto(e, c->args, 3) : Engine_pread(e, c->args, 3);
+    }
+    return call_outcome(c, res, result);
+}
+
+/* A small pread or preadinto: inline (the bytes, or the count) while the budget lasts and,
+ * while other callers wait parked, for PARK_SLICE reads of the caller's run; refused by
+ * either, it is done inline all the same and the caller parks (engine_park): it waits one
+ * turn, not a kernel round trip. What cannot be done inline goes to the kernel queue. */
+static PySendResult call_small_read(call_t *c, engine_t *e, PyObject **result)
+{
+    int into = c->kind == CALL_PREADINTO;
+    int sliced = e->park_len && e->slice_used >= PARK_SLICE;
+    PyObject *res = sliced ? Py_NewRef(Py_False) : engine_read_parkable(e, c->args, into);
+    if (res == Py_False) {
+        Py_DECREF(res);
+        res = engine_read_now(e, c->args, into);
+        if (res && res != Py_None) {
+            PyObject *fut = engine_park(e, res);
+            Py_DECREF(res);
+            if (!fut) {
+                call_forget(c);
+                return PYGEN_ERROR;
+            }
+            e->st.slices_ended += sliced;
+            /* Awaited like a queued operation's future, but nothing is with the kernel: a
+             * cancellation has nothing to abandon (c->fut stays NULL). */
+            PySendResult r = call_await(c, fut, result);
+            Py_CLEAR(c->fut);
+            return r;
+        }
+        if (res) {  /* None: not all cached, or not for the fast path */
+            Py_DECREF(res);
+            res = into ? Engine_preadinto(e, c->args, 3) : Engine_pread(e, c->args, 3);
+        }
+    } else if (res && (PyBytes_CheckExact(res) || PyLong_CheckExact(res))) {
+        e->slice_used++;
     }
     return call_outcome(c, res, result);
 }
@@ -223,8 +271,7 @@ static PySendResult call_start(call_t *c, PyObject **result)
     case CALL_PREAD:
         if (is_large(c->args[1]))
             return call_large_read(c, e, 0, result);
-        res = Engine_read(e, c->args, 3);
-        break;
+        return call_small_read(c, e, result);
     case CALL_PREADINTO:
         large = is_large_buffer(c->args[1]);
         if (large < 0) {
@@ -233,8 +280,7 @@ static PySendResult call_start(call_t *c, PyObject **result)
         }
         if (large)
             return call_large_read(c, e, 0, result);
-        res = Engine_readinto(e, c->args, 3);
-        break;
+        return call_small_read(c, e, result);
     default:
         res = Engine_write(e, c->args, 3);
         if (res == Py_False)

@@ -116,6 +116,89 @@ static PyObject *engine_new_future(engine_t *e)
                                g_kw_loop);
 }
 
+/* ---------------------------------------------------------------- parked callers */
+
+/* A small read the budget (or the run's slice, call.c) refused is done inline all the same,
+ * and its caller waits a turn on a future instead of the kernel queue: the copy costs the loop
+ * the same inside a flush's submission, and a parked caller comes back after one turn where a
+ * queued one takes two, with a kernel round trip. Parked callers are handed their results
+ * oldest first, release_n per flush, so a turn's inline work stays near one budget however
+ * many tasks read: each released caller runs a slice of PARK_SLICE reads and parks again. */
+PyObject *engine_park(engine_t *e, PyObject *res)
+{
+    if (e->park_len == e->park_cap) {
+        uint32_t cap = e->park_cap ? e->park_cap * 2 : 64;
+        parked_t *ring = PyMem_Malloc((size_t)cap * sizeof *ring);
+        if (!ring)
+            return PyErr_NoMemory();
+        for (uint32_t i = 0; i < e->park_len; i++)
+            ring[i] = e->parked[(e->park_head + i) & (e->park_cap - 1)];
+        PyMem_Free(e->parked);
+        e->parked = ring;
+        e->park_cap = cap;
+        e->park_head = 0;
+    }
+    if (engine_schedule_flush(e) < 0)
+        return NULL;
+    PyObject *fut = engine_new_future(e);
+    if (!fut)
+        return NULL;
+    parked_t *p = &e->parked[(e->park_head + e->park_len++) & (e->park_cap - 1)];
+    p->fut = Py_NewRef(fut);
+    p->res = Py_NewRef(res);
+    e->st.parked++;
+    return fut;
+}
+
+/* Take the oldest parked caller off the ring (the caller owns its references). */
+static parked_t park_pop(engine_t *e)
+{
+    parked_t p = e->parked[e->park_head];
+    e->park_head = (e->park_head + 1) & (e->park_cap - 1);
+    e->park_len--;
+    return p;
+}
+
+static int future_resolve(PyObject *fut, PyObject *value, int is_exc);
+
+/* Hand up to release_n parked callers their results (those cancelled meanwhile are skipped);
+ * any left wait for the next flush. release_n follows the budget: a turn that spent it had
+ * more callers than it could give a slice, one that did not could take another. */
+static int engine_release(engine_t *e)
+{
+    int spent = e->spent_since_release;
+    e->spent_since_release = 0;
+    if (spent)
+        e->release_n -= e->release_n / 4 + (e->release_n > 1);
+    else if (e->release_n < e->capacity)
+        e->release_n++;
+    if (!e->release_n)
+        e->release_n = 1;
+    for (uint32_t given = 0; e->park_len && given < e->release_n;) {
+        parked_t p = park_pop(e);
+        given += future_resolve(p.fut, p.res, 0);
+        Py_DECREF(p.fut);
+        Py_DECREF(p.res);
+    }
+    return e->park_len ? engine_schedule_flush(e) : 0;
+}
+
+/* The engine is closing (or a forked child drops its copy): every parked caller gets its
+ * result now, unless the loop can no longer run anything. */
+static void engine_release_parked(engine_t *e)
+{
+    while (e->park_len) {
+        parked_t p = park_pop(e);
+        if (!e->drop_results)
+            future_resolve(p.fut, p.res, 0);
+        Py_DECREF(p.fut);
+        Py_DECREF(p.res);
+    }
+    PyMem_Free(e->parked);
+    e->parked = NULL;
+    e->park_cap = e->park_head = 0;
+}
+
 /* ---------------------------------------------------------------- submission */
 
 static void wait_push(engine_t *e, uint32_t idx)
@@ -592,8 +675,10 @@ static Py_ssize_t parse_size(PyObject *o)
 /* pread and read: `fast` tries the inline path first and then returns the bytes themselves. */
 /* fast: PREAD_QUEUE (the kernel queue only), PREAD_INLINE (inline when the page cache holds
  * the data, else the queue), PREAD_INLINE_ONLY (inline or not at all: False when the budget
- * is spent, None when the data is not all cached or the read may not run inline). */
-enum { PREAD_QUEUE, PREAD_INLINE, PREAD_INLINE_ONLY };
+ * is spent, None when the data is not all cached or the read may not run inline), PREAD_NOW
+ * (as PREAD_INLINE_ONLY, past the spent budget: engine_read_now), PREAD_PARKABLE (as
+ * PREAD_INLINE, but False when the spent budget refused it: engine_read_parkable). */
+enum { PREAD_QUEUE, PREAD_INLINE, PREAD_PARKABLE, PREAD_INLINE_ONLY, PREAD_NOW };
 
 static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
                               const char *name, int fast)
@@ -603,6 +688,8 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
     if (parse_nargs(name, args, n, fast == PREAD_INLINE_ONLY, &retry) < 0 ||
         parse_fd(args[0], &fd) < 0)
         return NULL;
+    if (fast == PREAD_NOW)
+        retry = INLINE_NOW;
     Py_ssize_t size = parse_size(args[1]);
     if ((size == -1 && PyErr_Occurred()) || parse_offset(args[2], &off) < 0)
         return NULL;
@@ -626,11 +713,12 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
             return NULL;
         return bytes;
     }
-    if (fast == PREAD_INLINE_ONLY) {
+    if (fast >= PREAD_INLINE_ONLY || (fast == PREAD_PARKABLE && ok == 0 && e->budget_spent)) {
         Py_DECREF(bytes);
         if (ok < 0)
             return NULL;
-        return Py_NewRef(ok == 0 && e->budget_ns && e->budget_spent ? Py_False : Py_None);
+        int refused = fast != PREAD_NOW && ok == 0 && e->budget_ns && e->budget_spent;
+        return Py_NewRef(refused ? Py_False : Py_None);
     }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
@@ -675,6 +763,8 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     if (parse_nargs(name, args, n, with_retry, &retry) < 0 ||
         parse_fd(args[0], &fd) < 0 || parse_offset(args[2], &off) < 0)
         return NULL;
+    if (fast == PREAD_NOW)
+        retry = INLINE_NOW;
     Py_buffer view;
     int flags = kind == OP_READINTO ? PyBUF_WRITABLE : PyBUF_SIMPLE;
     if (PyObject_GetBuffer(args[1], &view, flags) < 0)
@@ -704,11 +794,13 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
         PyBuffer_Release(&view);
         Py_RETURN_FALSE;
     }
-    if (kind == OP_READINTO && fast == PREAD_INLINE_ONLY) {  /* as read_inline's answers */
-        PyBuffer_Release(&view);
+    if (kind == OP_READINTO && (fast >= PREAD_INLINE_ONLY ||
+                                (fast == PREAD_PARKABLE && ok == 0 && e->budget_spent))) {
+        PyBuffer_Release(&view);  /* as read_inline's answers */
         if (ok < 0)
             return NULL;
-        return Py_NewRef(ok == 0 && e->budget_ns && e->budget_spent ? Py_False : Py_None);
+        int refused = fast != PREAD_NOW && ok == 0 && e->budget_ns && e->budget_spent;
+        return Py_NewRef(refused ? Py_False : Py_None);
     }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
@@ -739,6 +831,18 @@ PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t n)
 PyObject *Engine_readinto_inline(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     return engine_buffer_op(e, args, n, "readinto_inline", OP_READINTO, PREAD_INLINE_ONLY);
+}
+
+PyObject *engine_read_parkable(engine_t *e, PyObject *const *args, int into)
+{
+    return into ? engine_buffer_op(e, args, 3, "readinto", OP_READINTO, PREAD_PARKABLE)
+                : engine_pread(e, args, 3, "read", PREAD_PARKABLE);
+}
+
+PyObject *engine_read_now(engine_t *e, PyObject *const *args, int into)
+{
+    return into ? engine_buffer_op(e, args, 3, "readinto", OP_READINTO, PREAD_NOW)
+                : engine_pread(e, args, 3, "read", PREAD_NOW);
 }
 
 static PyObject *Engine_pwrite(engine_t *e, PyObject *const *args, Py_ssize_t n)
@@ -1216,9 +1320,12 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
     e->window_start = 0;
     e->budget_spent = 0;
     e->retry_follow = 0;
+    e->slice_used = 0;
     int ok = engine_callback_ok(e);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
+    if (e->park_len && engine_release(e) < 0)
+        return NULL;
     if (!e->in_kernel && !e->waiting) {
         e->deep = 0;
         Py_RETURN_NONE;  /* only reopened the budget: nothing to submit or reap */
@@ -1242,6 +1349,7 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
 static void engine_release_all(engine_t *e)
 {
     e->drop_results = 1;
+    engine_release_parked(e);
     for (uint32_t b = 0; b < e->nblocks; b++)
         for (uint32_t i = 0; i < OP_BLOCK; i++)
             if (e->blocks[b][i].state != OPS_FREE)
@@ -1360,6 +1468,7 @@ static int engine_do_close(engine_t *e)
         }
     }
     e->closed = 1;
+    engine_release_parked(e);  /* their reads are done: the callers get them */
     engine_release_all(e);
     e->ops->destroy(e);
     engine_unwatch(e);
@@ -1407,6 +1516,8 @@ static int Engine_traverse(engine_t *e, visitproc visit, void *arg)
         for (uint32_t i = 0; i < OP_BLOCK; i++)
             if (e->blocks[b][i].state != OPS_FREE)
                 Py_VISIT(e->blocks[b][i].future);
+    for (uint32_t i = 0; i < e->park_len; i++)
+        Py_VISIT(e->parked[(e->park_head + i) & (e->park_cap - 1)].fut);
     return 0;
 }
 
@@ -1434,6 +1545,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     e->free_head = e->wait_head = e->wait_tail = OP_NONE;
     e->fork_gen = engine_fork_generation;
     e->budget_ns = DEFAULT_BUDGET_NS;
+    e->release_n = 8;
     e->eligible_fd = -1;
     e->owner_thread = PyThread_get_thread_ident();
     e->loop_ref = PyWeakref_NewRef(loop, NULL);
@@ -1490,7 +1602,7 @@ static const struct { const char *name; size_t off; } stat_fields[] = {
     STAT(queued), STAT(retries), STAT(splits), STAT(nowait_eagain), STAT(direct_reissues),
     STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(withdrawn), STAT(cq_overflow),
     STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted), STAT(inline_retries),
-    STAT(retries_refused), STAT(inline_writes), STAT(write_stalls),
+    STAT(retries_refused), STAT(inline_writes), STAT(write_stalls), STAT(parked), STAT(slices_ended),
 };
 
 static int dict_set_ull(PyObject *d, const char *k, unsigned long long v)
@@ -1513,7 +1625,7 @@ static PyObject *Engine_stats(engine_t *e, PyObject *unused)
     }
     if (dict_set_ull(d, "in_flight", e->live) < 0 || dict_set_ull(d, "in_kernel", e->in_kernel) < 0 ||
         dict_set_ull(d, "waiting", e->waiting) < 0 || dict_set_ull(d, "pinned", e->pinned) < 0 ||
-        dict_set_ull(d, "capacity", e->capacity) < 0)
+        dict_set_ull(d, "capacity", e->capacity) < 0 || dict_set_ull(d, "parked_now", e->park_len) < 0)
         goto fail;
     return d;
 fail:

@@ -35,6 +35,10 @@
 /* A call the budget refused, retried after one turn of the loop, may still run inline while the
  * iteration's inline work is under this many budgets (see inline_budget_ok). */
 #define RETRY_GRACE 4u
+
+/* While callers wait parked (see engine_park), a run of inline reads — one task's, between
+ * two of its waits — may complete this many before its next read parks it in turn. */
+#define PARK_SLICE 8u
 /* An inline write that took longer than this slept in the kernel (dirty-page throttling, a
  * page read from the disk, a journal or inode lock): writes then go to the kernel queue for
  * WRITE_CALM_NS (see inline_write). */
@@ -150,7 +154,15 @@ typedef struct stats {
     uint64_t inline_writes;   /* writes completed inline (pwrite into the page cache) */
     uint64_t write_stalls;    /* inline writes slower than WRITE_STALL_NS (then WRITE_CALM_NS
                                * of writes through the kernel queue) */
+    uint64_t parked;          /* small reads done inline after a refusal, their callers parked */
+    uint64_t slices_ended;    /* of those, refused by the end of a run's slice (PARK_SLICE),
+                               * not by the spent budget */
 } stats_t;
+
+/* A parked caller: its read is done; it waits for a flush to hand it the result. */
+typedef struct parked {
+    PyObject *fut, *res;      /* owned */
+} parked_t;
 
 struct engine;
 
@@ -255,6 +267,13 @@ typedef struct engine {
     int budget_spent;
     int retry_follow;         /* a retry was just admitted past the budget: the same task's
                                * next call may follow it (see inline_budget_ok) */
+    /* Parked callers, oldest first: a ring of park_cap (a power of two, or 0) entries from
+     * park_head. Each flush hands out up to release_n of them (engine_release). */
+    parked_t *parked;
+    uint32_t park_cap, park_head, park_len;
+    uint32_t release_n;
+    uint32_t slice_used;      /* inline reads of the current run (engine_park, call.c) */
+    int spent_since_release;  /* a budget ran out since the last engine_release */
     uint64_t write_calm_at;   /* after a write stall: writes go to the kernel queue until
                                * this time (CLOCK_MONOTONIC ns); 0: no stall */
     int eligible_fd;          /* the last descriptor write_eligible passed (-1: none) */
@@ -297,6 +316,15 @@ PyObject *Engine_readinto_inline(engine_t *e, PyObject *const *args, Py_ssize_t 
 PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_cancel(engine_t *e, PyObject *fut);
+/* A read as Engine_read / Engine_readinto does it (inline, else the kernel queue), but False
+ * if the spent budget refused it: nothing was done, the caller may park (engine_read_now). */
+PyObject *engine_read_parkable(engine_t *e, PyObject *const *args, int into);
+/* A small read refused by the spent budget or the run's slice, done inline all the same:
+ * the result, None if it cannot be (not all cached, O_DIRECT, an error: the queue reports
+ * it), NULL on error. */
+PyObject *engine_read_now(engine_t *e, PyObject *const *args, int into);
+/* Park the caller of a read done inline: a new future the next flush resolves with `res`. */
+PyObject *engine_park(engine_t *e, PyObject *res);
 static inline op_t *engine_slot(engine_t *e, uint32_t idx)
 {
     return &e->blocks[idx / OP_BLOCK][idx % OP_BLOCK];
@@ -312,6 +340,8 @@ int engine_schedule_flush(engine_t *e);
 
 /* inline.c: the inline fast path and its cooperative budget */
 int inline_budget_ok(engine_t *e, int retry);
+/* inline_allowed's `retry` for a read refused already, done now all the same (engine_park). */
+#define INLINE_NOW 2
 int inline_allowed(engine_t *e, int fd, int retry);
 int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
                 uint64_t *got);

@@ -54,6 +54,7 @@ int inline_budget_ok(engine_t *e, int retry)
     } else if (now - e->window_start >= e->budget_ns) {
         if (!e->budget_spent) {
             e->budget_spent = 1;
+            e->spent_since_release = 1;
             e->st.budget_exhausted++;
         }
         if (!retry && !follow)
@@ -69,12 +70,14 @@ int inline_budget_ok(engine_t *e, int retry)
 }
 
 /* 1 if a read on `fd` may be tried inline now, 0 if it goes to the kernel queue, -1 on error.
- * Not once the budget is spent, and not on an O_DIRECT descriptor: RWF_NOWAIT keeps a
+ * Not once the budget is spent (unless `retry` is INLINE_NOW: a read the budget refused whose
+ * caller will park, see engine_park), and not on an O_DIRECT descriptor: RWF_NOWAIT keeps a
  * buffered read off the disk, but a direct read still waits for it. A descriptor whose flags
  * cannot be read goes to the kernel queue, which reports its error as before. */
 int inline_allowed(engine_t *e, int fd, int retry)
 {
-    int ok = inline_budget_ok(e, retry);
+    int ok = retry == INLINE_NOW && e->window_start ? e->budget_ns != 0
+                                                    : inline_budget_ok(e, retry == 1);
     if (ok <= 0)
         return ok;
     e->st.syscalls++;

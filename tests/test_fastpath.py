@@ -872,13 +872,15 @@ async def test_close_cached_does_not_wait_for_a_spent_budget(native_backend: str
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("into", [None, "bytearray", "mmap", "memoryview"])
-@pytest.mark.parametrize("size,queued", [(TURN_MIN, 0), (4096, 1)])
-async def test_a_large_read_the_spent_budget_refused_waits_a_turn(
-        native_backend: str, tmp_path: Path, size: int, queued: int, into: str | None) -> None:
+@pytest.mark.parametrize("size,large", [(TURN_MIN, 1), (4096, 0)])
+async def test_a_read_the_spent_budget_refused_waits_a_turn(
+        native_backend: str, tmp_path: Path, size: int, large: int, into: str | None) -> None:
     """``aionative.pread`` of ``TURN_MIN`` bytes or more that finds the budget spent waits one
     turn and is retried inline (its copy outweighs the turn; queued, the kernel would make
-    the same copy inside the flush); a smaller one goes to the kernel queue. ``preadinto``
-    (``into``: what holds its buffer) likewise."""
+    the same copy inside the flush); a smaller one is read inline at once and its caller
+    parks for a turn (the copy is as cheap as queueing it; the wait is one turn, not a kernel
+    round trip). Neither goes to the kernel. ``preadinto`` (``into``: what holds its buffer)
+    likewise."""
     fd, data = hot_file(tmp_path / "f", 1 << 20)
     spender, small = hot_file(tmp_path / "g", 10)
     mm = mmap.mmap(-1, size)
@@ -896,8 +898,9 @@ async def test_a_large_read_the_spent_budget_refused_waits_a_turn(
             else:
                 assert await aionative.preadinto(fd, buf, off) == size
                 assert bytes(buf) == data[off:off + size]
-            assert delta(before, "submitted") == queued
-            assert delta(before, "inline_retries") == 1 - queued
+            assert delta(before, "submitted") == 0
+            assert delta(before, "inline_retries") == large
+            assert delta(before, "parked") == 1 - large
     finally:
         aionative.set_inline_budget(None)
         os.close(fd)
@@ -905,6 +908,109 @@ async def test_a_large_read_the_spent_budget_refused_waits_a_turn(
         if isinstance(buf, memoryview):
             buf.release()
         mm.close()
+
+
+async def _park(fd: int, *sizes: int) -> list[asyncio.Task[bytes]]:
+    """Tasks that each read ``size`` bytes at offset 1 with the (1 ns) budget spent: the first
+    spends it with a read before, the others find it spent. Each reads inline all the same
+    and parks. Returned in the same turn, all of them parked."""
+    async def reader(size: int, first: bool) -> bytes:
+        if first:
+            await aionative.pread(fd, size, 0)  # the iteration's first inline call: admitted
+        return await aionative.pread(fd, size, 1)  # refused: read now, the caller parks
+
+    before = aionative.engine_stats()
+    tasks = [asyncio.create_task(reader(size, i == 0)) for i, size in enumerate(sizes)]
+    await asyncio.sleep(0)  # they run, and park; the flush that releases them comes after
+    assert delta(before, "parked") == len(sizes)
+    assert aionative.engine_stats()["parked_now"] == len(sizes)
+    return tasks
+
+
+@pytest.mark.asyncio
+async def test_a_parked_caller_gets_its_read_after_one_turn(native_backend: str,
+                                                            tmp_path: Path) -> None:
+    """A parked caller waits no kernel round trip: the next flush hands it the bytes it read,
+    and nothing went to the kernel for it."""
+    fd, data = hot_file(tmp_path / "f", 1 << 16)
+    aionative.set_inline_budget(0.001)
+    try:
+        before = aionative.engine_stats()
+        [task] = await _park(fd, 4096)
+        assert await asyncio.wait_for(task, 5) == data[1:4097]
+        assert aionative.engine_stats()["parked_now"] == 0
+        assert delta(before, "submitted") == 0
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_a_parked_caller_cancelled_is_passed_over(native_backend: str,
+                                                        tmp_path: Path) -> None:
+    """Cancelled while parked, a caller raises CancelledError (nothing of its read is with the
+    kernel to abandon); the callers parked behind it get theirs."""
+    fd, data = hot_file(tmp_path / "f", 1 << 16)
+    aionative.set_inline_budget(0.001)
+    try:
+        first, second = await _park(fd, 100, 200)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert await asyncio.wait_for(second, 5) == data[1:201]
+        assert aionative.engine_stats()["parked_now"] == 0
+        assert aionative.engine_stats()["cancels"] == 0  # nothing reached the engine's cancel
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_closing_the_engine_hands_parked_callers_their_reads(native_backend: str,
+                                                                   tmp_path: Path) -> None:
+    """``close_engine()`` with callers parked: their reads are done, so they get them (a close
+    that dropped them would leave them waiting forever)."""
+    fd, data = hot_file(tmp_path / "f", 1 << 16)
+    aionative.set_inline_budget(0.001)
+    try:
+        [task] = await _park(fd, 300)
+        aionative.close_engine()
+        assert await asyncio.wait_for(task, 5) == data[1:301]
+    finally:
+        aionative.set_inline_budget(None)
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_many_hot_readers_take_turns_in_slices(native_backend: str,
+                                                     tmp_path: Path) -> None:
+    """64 tasks reading a hot file in tight loops (W1): past the budget each caller parks, and
+    while callers are parked each run ends after a slice of reads, so parked callers take
+    turns instead of one task spending every budget. Every read is right, none goes to the
+    kernel, and every task keeps reading."""
+    fd, data = hot_file(tmp_path / "f", 1 << 20)
+    stop = False
+    counts = [0] * 64
+
+    async def reader(k: int) -> None:
+        off = (k * 4096 * 3) % (1 << 20)
+        while not stop:
+            assert await aionative.pread(fd, 4096, off) == data[off:off + 4096]
+            counts[k] += 1
+            off = (off + 4096 * 7) % (1 << 20)
+
+    try:
+        before = aionative.engine_stats()
+        tasks = [asyncio.create_task(reader(k)) for k in range(64)]
+        await asyncio.sleep(0.3)
+        stop = True
+        await asyncio.gather(*tasks)
+        assert delta(before, "submitted") == 0
+        assert delta(before, "parked") > 0
+        assert delta(before, "slices_ended") > 0
+        assert min(counts) > 0, counts
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.asyncio
