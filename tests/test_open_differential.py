@@ -271,6 +271,15 @@ async def close_async(f: Any) -> None:
         pass
 
 
+def _telling_reenabled(r1: Any, r2: Any, log: list[Any]) -> bool:
+    """The documented difference (docs/migration.md, append modes; docs/reliability.md, "Left
+    as it is"): after ``next()``/``readlines()`` and a write, a text ``seek(0, 1)`` or
+    ``tell()`` succeeds where CPython's raises "telling position disabled by next() call"."""
+    return (r1[0] == "raise" and r1[1][2] == "telling position disabled by next() call"
+            and r2[0] == "ok" and any(op[0] in ("readlines", "iterate") for op, _ in log)
+            and any(op[0] in ("write", "writelines") for op, _ in log))
+
+
 async def run_scenario(tmp: Path, sc: dict[str, Any]) -> None:
     pa, pb = tmp / "a.dat", tmp / "b.dat"
     for p in (pa, pb):
@@ -301,6 +310,8 @@ async def run_scenario(tmp: Path, sc: dict[str, Any]) -> None:
         for op in sc["ops"]:
             r1, r2 = await replay.step(op)
             log.append((op, r1))
+            if _telling_reenabled(r1, r2, log):
+                break  # the builtin's position stays disabled from here on: nothing to compare
             assert r1 == r2, f"op {op} after {log[:-1]}"
     finally:
         close_sync(sync)
