@@ -19,7 +19,7 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -927,58 +927,53 @@ async def _park(fd: int, *sizes: int) -> list[asyncio.Task[bytes]]:
     return tasks
 
 
+@pytest.fixture
+def parking(tmp_path: Path) -> Iterator[tuple[int, bytes]]:
+    """A hot 64 KiB file's descriptor and contents, with a 1 ns budget (``_park``)."""
+    fd, data = hot_file(tmp_path / "f", 1 << 16)
+    aionative.set_inline_budget(0.001)
+    yield fd, data
+    aionative.set_inline_budget(None)
+    os.close(fd)
+
+
 @pytest.mark.asyncio
-async def test_a_parked_caller_gets_its_read_after_one_turn(native_backend: str,
-                                                            tmp_path: Path) -> None:
+async def test_a_parked_caller_gets_its_read_after_one_turn(
+        native_backend: str, parking: tuple[int, bytes]) -> None:
     """A parked caller waits no kernel round trip: the next flush hands it the bytes it read,
     and nothing went to the kernel for it."""
-    fd, data = hot_file(tmp_path / "f", 1 << 16)
-    aionative.set_inline_budget(0.001)
-    try:
-        before = aionative.engine_stats()
-        [task] = await _park(fd, 4096)
-        assert await asyncio.wait_for(task, 5) == data[1:4097]
-        assert aionative.engine_stats()["parked_now"] == 0
-        assert delta(before, "submitted") == 0
-    finally:
-        aionative.set_inline_budget(None)
-        os.close(fd)
+    fd, data = parking
+    before = aionative.engine_stats()
+    [task] = await _park(fd, 4096)
+    assert await asyncio.wait_for(task, 5) == data[1:4097]
+    assert aionative.engine_stats()["parked_now"] == 0
+    assert delta(before, "submitted") == 0
 
 
 @pytest.mark.asyncio
-async def test_a_parked_caller_cancelled_is_passed_over(native_backend: str,
-                                                        tmp_path: Path) -> None:
+async def test_a_parked_caller_cancelled_is_passed_over(
+        native_backend: str, parking: tuple[int, bytes]) -> None:
     """Cancelled while parked, a caller raises CancelledError (nothing of its read is with the
     kernel to abandon); the callers parked behind it get theirs."""
-    fd, data = hot_file(tmp_path / "f", 1 << 16)
-    aionative.set_inline_budget(0.001)
-    try:
-        first, second = await _park(fd, 100, 200)
-        first.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await first
-        assert await asyncio.wait_for(second, 5) == data[1:201]
-        assert aionative.engine_stats()["parked_now"] == 0
-        assert aionative.engine_stats()["cancels"] == 0  # nothing reached the engine's cancel
-    finally:
-        aionative.set_inline_budget(None)
-        os.close(fd)
+    fd, data = parking
+    first, second = await _park(fd, 100, 200)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await asyncio.wait_for(second, 5) == data[1:201]
+    assert aionative.engine_stats()["parked_now"] == 0
+    assert aionative.engine_stats()["cancels"] == 0  # nothing reached the engine's cancel
 
 
 @pytest.mark.asyncio
-async def test_closing_the_engine_hands_parked_callers_their_reads(native_backend: str,
-                                                                   tmp_path: Path) -> None:
+async def test_closing_the_engine_hands_parked_callers_their_reads(
+        native_backend: str, parking: tuple[int, bytes]) -> None:
     """``close_engine()`` with callers parked: their reads are done, so they get them (a close
     that dropped them would leave them waiting forever)."""
-    fd, data = hot_file(tmp_path / "f", 1 << 16)
-    aionative.set_inline_budget(0.001)
-    try:
-        [task] = await _park(fd, 300)
-        aionative.close_engine()
-        assert await asyncio.wait_for(task, 5) == data[1:301]
-    finally:
-        aionative.set_inline_budget(None)
-        os.close(fd)
+    fd, data = parking
+    [task] = await _park(fd, 300)
+    aionative.close_engine()
+    assert await asyncio.wait_for(task, 5) == data[1:301]
 
 
 @pytest.mark.asyncio
