@@ -10,7 +10,8 @@
  *   into it abandons the operation (Engine.cancel) before it propagates, as await_op does;
  * - a smaller pread or preadinto that the spent budget refused (or the end of its run's
  *   slice, while others are parked) is read inline all the same, and the Call awaits the
- *   future its caller parks on (engine_park), which a later flush resolves;
+ *   future its caller parks on (engine_read_or_park) like a queued one's (Engine.cancel finds
+ *   nothing of it to abandon);
  * - a pread or preadinto of `turn_min` bytes or more, or a pwrite, that the spent budget
  *   refused yields once (a bare yield: the task runs again on the next iteration) and is
  *   retried: inline if the engine admits the retry; else a read is queued, and a pwrite waits
@@ -79,7 +80,8 @@ static PySendResult call_delegate(call_t *c, PyObject *it, PyObject **result)
     return r;
 }
 
-/* The caller's task is about to yield to the loop: its run of inline reads ends. */
+/* The caller's task is about to wait on a future: its run of inline reads ends (a turn needs
+ * no reset: it follows a spent budget, which refuses every read until the flush resets it). */
 static void call_run_ends(call_t *c)
 {
     if (c->eng)
@@ -133,7 +135,6 @@ static PySendResult call_slow(call_t *c, PyObject *fn, PyObject *const *args, si
 static PySendResult call_turn(call_t *c, PyObject *refused, PyObject **result)
 {
     Py_DECREF(refused);
-    call_run_ends(c);
     c->state = ST_TURN;
     *result = Py_NewRef(Py_None);
     return PYGEN_NEXT;
@@ -153,42 +154,6 @@ static PySendResult call_large_read(call_t *c, engine_t *e, int retry, PyObject 
     if (res && !(into ? PyLong_CheckExact(res) : PyBytes_CheckExact(res))) {
         Py_DECREF(res);  /* False or None: not done */
         res = into ? Engine_preadinto(e, c->args, 3) : Engine_pread(e, c->args, 3);
-    }
-    return call_outcome(c, res, result);
-}
-
-/* A small pread or preadinto: inline (the bytes, or the count) while the budget lasts and,
- * while other callers wait parked, for PARK_SLICE reads of the caller's run; refused by
- * either, it is done inline all the same and the caller parks (engine_park): it waits one
- * turn, not a kernel round trip. What cannot be done inline goes to the kernel queue. */
-static PySendResult call_small_read(call_t *c, engine_t *e, PyObject **result)
-{
-    int into = c->kind == CALL_PREADINTO;
-    int sliced = e->park_len && e->slice_used >= PARK_SLICE;
-    PyObject *res = sliced ? Py_NewRef(Py_False) : engine_read_parkable(e, c->args, into);
-    if (res == Py_False) {
-        Py_DECREF(res);
-        res = engine_read_now(e, c->args, into);
-        if (res && res != Py_None) {
-            PyObject *fut = engine_park(e, res);
-            Py_DECREF(res);
-            if (!fut) {
-                call_forget(c);
-                return PYGEN_ERROR;
-            }
-            e->st.slices_ended += sliced;
-            /* Awaited like a queued operation's future, but nothing is with the kernel: a
-             * cancellation has nothing to abandon (c->fut stays NULL). */
-            PySendResult r = call_await(c, fut, result);
-            Py_CLEAR(c->fut);
-            return r;
-        }
-        if (res) {  /* None: not all cached, or not for the fast path */
-            Py_DECREF(res);
-            res = into ? Engine_preadinto(e, c->args, 3) : Engine_pread(e, c->args, 3);
-        }
-    } else if (res && (PyBytes_CheckExact(res) || PyLong_CheckExact(res))) {
-        e->slice_used++;
     }
     return call_outcome(c, res, result);
 }
@@ -271,7 +236,8 @@ static PySendResult call_start(call_t *c, PyObject **result)
     case CALL_PREAD:
         if (is_large(c->args[1]))
             return call_large_read(c, e, 0, result);
-        return call_small_read(c, e, result);
+        res = engine_read_or_park(e, c->args, 0);
+        break;
     case CALL_PREADINTO:
         large = is_large_buffer(c->args[1]);
         if (large < 0) {
@@ -280,7 +246,8 @@ static PySendResult call_start(call_t *c, PyObject **result)
         }
         if (large)
             return call_large_read(c, e, 0, result);
-        return call_small_read(c, e, result);
+        res = engine_read_or_park(e, c->args, 1);
+        break;
     default:
         res = Engine_write(e, c->args, 3);
         if (res == Py_False)

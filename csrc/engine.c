@@ -124,7 +124,7 @@ static PyObject *engine_new_future(engine_t *e)
  * queued one takes two, with a kernel round trip. Parked callers are handed their results
  * oldest first, release_n per flush, so a turn's inline work stays near one budget however
  * many tasks read: each released caller runs a slice of PARK_SLICE reads and parks again. */
-PyObject *engine_park(engine_t *e, PyObject *res)
+static PyObject *engine_park(engine_t *e, PyObject *res, int sliced)
 {
     if (e->park_len == e->park_cap) {
         uint32_t cap = e->park_cap ? e->park_cap * 2 : 64;
@@ -147,6 +147,7 @@ PyObject *engine_park(engine_t *e, PyObject *res)
     p->fut = Py_NewRef(fut);
     p->res = Py_NewRef(res);
     e->st.parked++;
+    e->st.slices_ended += sliced;
     return fut;
 }
 
@@ -172,8 +173,6 @@ static int engine_release(engine_t *e)
         e->release_n -= e->release_n / 4 + (e->release_n > 1);
     else if (e->release_n < e->capacity)
         e->release_n++;
-    if (!e->release_n)
-        e->release_n = 1;
     for (uint32_t given = 0; e->park_len && given < e->release_n;) {
         parked_t p = park_pop(e);
         given += future_resolve(p.fut, p.res, 0);
@@ -674,11 +673,39 @@ static Py_ssize_t parse_size(PyObject *o)
 
 /* pread and read: `fast` tries the inline path first and then returns the bytes themselves. */
 /* fast: PREAD_QUEUE (the kernel queue only), PREAD_INLINE (inline when the page cache holds
- * the data, else the queue), PREAD_INLINE_ONLY (inline or not at all: False when the budget
- * is spent, None when the data is not all cached or the read may not run inline), PREAD_NOW
- * (as PREAD_INLINE_ONLY, past the spent budget: engine_read_now), PREAD_PARKABLE (as
- * PREAD_INLINE, but False when the spent budget refused it: engine_read_parkable). */
-enum { PREAD_QUEUE, PREAD_INLINE, PREAD_PARKABLE, PREAD_INLINE_ONLY, PREAD_NOW };
+ * the data, else the queue), PREAD_PARK (as PREAD_INLINE, but a read the spent budget or the
+ * run's slice refused is done inline all the same and its caller parks: engine_read_or_park),
+ * PREAD_INLINE_ONLY (inline or not at all: False when the budget is spent, None when the data
+ * is not all cached or the read may not run inline). */
+enum { PREAD_QUEUE, PREAD_INLINE, PREAD_PARK, PREAD_INLINE_ONLY };
+
+/* inline_allowed, and for PREAD_PARK: refused by the spent budget, or by the end of the run's
+ * slice while callers are parked, the read is allowed all the same and *park set (2 when the
+ * slice refused it). */
+static int read_allowed(engine_t *e, int fd, int retry, int fast, int *park)
+{
+    if (fast != PREAD_PARK)
+        return inline_allowed(e, fd, retry);
+    int sliced = e->park_len && e->slice_used >= PARK_SLICE;
+    int ok = sliced ? 0 : inline_allowed(e, fd, 0);
+    if (ok || !(sliced || (e->budget_ns && e->budget_spent)))
+        return ok;
+    *park = 1 + sliced;
+    return inline_allowed(e, fd, INLINE_NOW);
+}
+
+/* A read done inline (`res`, a new reference or NULL): the result itself, or for a caller that
+ * parks (read_allowed) the future a later flush resolves with it. */
+static PyObject *read_done(engine_t *e, PyObject *res, int fast, int park)
+{
+    if (!park) {
+        e->slice_used += fast == PREAD_PARK;
+        return res;
+    }
+    PyObject *fut = res ? engine_park(e, res, park == 2) : NULL;
+    Py_XDECREF(res);
+    return fut;
+}
 
 static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
                               const char *name, int fast)
@@ -688,8 +715,6 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
     if (parse_nargs(name, args, n, fast == PREAD_INLINE_ONLY, &retry) < 0 ||
         parse_fd(args[0], &fd) < 0)
         return NULL;
-    if (fast == PREAD_NOW)
-        retry = INLINE_NOW;
     Py_ssize_t size = parse_size(args[1]);
     if ((size == -1 && PyErr_Occurred()) || parse_offset(args[2], &off) < 0)
         return NULL;
@@ -706,19 +731,19 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
     if (!bytes)
         return NULL;
     uint64_t got = 0;
-    int ok = fast && size <= INLINE_MAX ? inline_allowed(e, fd, retry) : 0;
+    int park = 0;
+    int ok = fast && size <= INLINE_MAX ? read_allowed(e, fd, retry, fast, &park) : 0;
     if (ok > 0 &&
         inline_read(e, fd, PyBytes_AS_STRING(bytes), (uint64_t)size, off, -1, &got)) {
         if ((Py_ssize_t)got != size && _PyBytes_Resize(&bytes, (Py_ssize_t)got) < 0)
             return NULL;
-        return bytes;
+        return read_done(e, bytes, fast, park);
     }
-    if (fast >= PREAD_INLINE_ONLY || (fast == PREAD_PARKABLE && ok == 0 && e->budget_spent)) {
+    if (fast == PREAD_INLINE_ONLY) {
         Py_DECREF(bytes);
         if (ok < 0)
             return NULL;
-        int refused = fast != PREAD_NOW && ok == 0 && e->budget_ns && e->budget_spent;
-        return Py_NewRef(refused ? Py_False : Py_None);
+        return Py_NewRef(ok == 0 && e->budget_ns && e->budget_spent ? Py_False : Py_None);
     }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
@@ -763,8 +788,6 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
     if (parse_nargs(name, args, n, with_retry, &retry) < 0 ||
         parse_fd(args[0], &fd) < 0 || parse_offset(args[2], &off) < 0)
         return NULL;
-    if (fast == PREAD_NOW)
-        retry = INLINE_NOW;
     Py_buffer view;
     int flags = kind == OP_READINTO ? PyBUF_WRITABLE : PyBUF_SIMPLE;
     if (PyObject_GetBuffer(args[1], &view, flags) < 0)
@@ -780,27 +803,26 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
         return inline_empty_readinto(e, fd, off) < 0 ? NULL : PyLong_FromLong(0);
     }
     uint64_t got = 0;
-    int ok = 0;
+    int ok = 0, park = 0;
     uint64_t most = kind == OP_WRITE ? WRITE_INLINE_MAX : INLINE_MAX;
     if (fast && view.len > 0 && (uint64_t)view.len <= most)
-        ok = kind == OP_WRITE ? inline_write_allowed(e, fd, retry) : inline_allowed(e, fd, retry);
+        ok = kind == OP_WRITE ? inline_write_allowed(e, fd, retry)
+                              : read_allowed(e, fd, retry, fast, &park);
     if (ok == 1 && (kind == OP_WRITE
                    ? inline_write(e, fd, view.buf, (uint64_t)view.len, off, &got)
                    : inline_read(e, fd, view.buf, (uint64_t)view.len, off, -1, &got))) {
         PyBuffer_Release(&view);
-        return PyLong_FromUnsignedLongLong(got);
+        return read_done(e, PyLong_FromUnsignedLongLong(got), fast, park);
     }
     if (ok == WRITE_LATER && kind == OP_WRITE) {
         PyBuffer_Release(&view);
         Py_RETURN_FALSE;
     }
-    if (kind == OP_READINTO && (fast >= PREAD_INLINE_ONLY ||
-                                (fast == PREAD_PARKABLE && ok == 0 && e->budget_spent))) {
-        PyBuffer_Release(&view);  /* as read_inline's answers */
+    if (kind == OP_READINTO && fast == PREAD_INLINE_ONLY) {  /* as read_inline's answers */
+        PyBuffer_Release(&view);
         if (ok < 0)
             return NULL;
-        int refused = fast != PREAD_NOW && ok == 0 && e->budget_ns && e->budget_spent;
-        return Py_NewRef(refused ? Py_False : Py_None);
+        return Py_NewRef(ok == 0 && e->budget_ns && e->budget_spent ? Py_False : Py_None);
     }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
@@ -833,16 +855,10 @@ PyObject *Engine_readinto_inline(engine_t *e, PyObject *const *args, Py_ssize_t 
     return engine_buffer_op(e, args, n, "readinto_inline", OP_READINTO, PREAD_INLINE_ONLY);
 }
 
-PyObject *engine_read_parkable(engine_t *e, PyObject *const *args, int into)
+PyObject *engine_read_or_park(engine_t *e, PyObject *const *args, int into)
 {
-    return into ? engine_buffer_op(e, args, 3, "readinto", OP_READINTO, PREAD_PARKABLE)
-                : engine_pread(e, args, 3, "read", PREAD_PARKABLE);
-}
-
-PyObject *engine_read_now(engine_t *e, PyObject *const *args, int into)
-{
-    return into ? engine_buffer_op(e, args, 3, "readinto", OP_READINTO, PREAD_NOW)
-                : engine_pread(e, args, 3, "read", PREAD_NOW);
+    return into ? engine_buffer_op(e, args, 3, "readinto", OP_READINTO, PREAD_PARK)
+                : engine_pread(e, args, 3, "read", PREAD_PARK);
 }
 
 static PyObject *Engine_pwrite(engine_t *e, PyObject *const *args, Py_ssize_t n)
@@ -1345,11 +1361,12 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
 /* ---------------------------------------------------------------- life cycle */
 
 /* Release every slot without touching the kernel: a forked child's copy of the parent's engine
- * (the kernel writes only into the parent's memory), or memory the kernel no longer owns. */
+ * (the kernel writes only into the parent's memory), or memory the kernel no longer owns.
+ * Parked callers get their reads, which are done, unless the loop can no longer run them. */
 static void engine_release_all(engine_t *e)
 {
-    e->drop_results = 1;
     engine_release_parked(e);
+    e->drop_results = 1;
     for (uint32_t b = 0; b < e->nblocks; b++)
         for (uint32_t i = 0; i < OP_BLOCK; i++)
             if (e->blocks[b][i].state != OPS_FREE)
@@ -1468,7 +1485,6 @@ static int engine_do_close(engine_t *e)
         }
     }
     e->closed = 1;
-    engine_release_parked(e);  /* their reads are done: the callers get them */
     engine_release_all(e);
     e->ops->destroy(e);
     engine_unwatch(e);
@@ -1817,6 +1833,7 @@ PyObject *engine_forget_inherited(PyObject *m, PyObject *unused)
         if (e->fork_gen == engine_fork_generation || e->closed == 1)
             continue;
         e->closed = 1;
+        e->drop_results = 1;  /* the parent's loop, and its futures: never touched here */
         engine_release_all(e);
         e->ops->destroy(e);
         engine_close_fds(e);

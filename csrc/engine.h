@@ -272,7 +272,8 @@ typedef struct engine {
     parked_t *parked;
     uint32_t park_cap, park_head, park_len;
     uint32_t release_n;
-    uint32_t slice_used;      /* inline reads of the current run (engine_park, call.c) */
+    uint32_t slice_used;      /* inline reads of the current run (read_done; a run ends when
+                               * its caller awaits a future: call.c, or the flush) */
     int spent_since_release;  /* a budget ran out since the last engine_release */
     uint64_t write_calm_at;   /* after a write stall: writes go to the kernel queue until
                                * this time (CLOCK_MONOTONIC ns); 0: no stall */
@@ -316,15 +317,10 @@ PyObject *Engine_readinto_inline(engine_t *e, PyObject *const *args, Py_ssize_t 
 PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_cancel(engine_t *e, PyObject *fut);
-/* A read as Engine_read / Engine_readinto does it (inline, else the kernel queue), but False
- * if the spent budget refused it: nothing was done, the caller may park (engine_read_now). */
-PyObject *engine_read_parkable(engine_t *e, PyObject *const *args, int into);
-/* A small read refused by the spent budget or the run's slice, done inline all the same:
- * the result, None if it cannot be (not all cached, O_DIRECT, an error: the queue reports
- * it), NULL on error. */
-PyObject *engine_read_now(engine_t *e, PyObject *const *args, int into);
-/* Park the caller of a read done inline: a new future the next flush resolves with `res`. */
-PyObject *engine_park(engine_t *e, PyObject *res);
+/* The Call's small pread / preadinto: as Engine_read / Engine_readinto (inline, else the
+ * kernel queue), but a read the spent budget or the run's slice refused is done inline all
+ * the same and its caller parks: a future a later flush resolves (see engine_park). */
+PyObject *engine_read_or_park(engine_t *e, PyObject *const *args, int into);
 static inline op_t *engine_slot(engine_t *e, uint32_t idx)
 {
     return &e->blocks[idx / OP_BLOCK][idx % OP_BLOCK];
@@ -340,7 +336,8 @@ int engine_schedule_flush(engine_t *e);
 
 /* inline.c: the inline fast path and its cooperative budget */
 int inline_budget_ok(engine_t *e, int retry);
-/* inline_allowed's `retry` for a read refused already, done now all the same (engine_park). */
+/* inline_allowed's `retry` for a read refused already, done now all the same (its caller
+ * parks: see engine_park). */
 #define INLINE_NOW 2
 int inline_allowed(engine_t *e, int fd, int retry);
 int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
