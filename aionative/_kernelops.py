@@ -59,6 +59,11 @@ def _close_result(fut: asyncio.Future[int]) -> None:
         os.close(fut.result())
 
 
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # retrieved: its caller was cancelled and reports that
+
+
 def _native(name: str, eng: Any = None) -> Engine | None:
     """The running loop's engine (``eng`` if given) if the kernel runs `name` for it, else
     None (use a thread)."""
@@ -250,9 +255,16 @@ async def close_fd(fd: int) -> None:
     if not isinstance(cur, ThreadsEngine) and cur.close_cached(fd):
         return
     eng = _native("close", cur)
-    if eng is None:
-        return await _in_thread(os.close, fd)
-    await await_op(eng, eng.close_fd(fd))
+    if eng is not None:
+        return await await_op(eng, eng.close_fd(fd))
+    # A close still waiting for a worker would never run if its caller's cancellation reached
+    # it, and the descriptor would stay open: it runs anyway.
+    closing = asyncio.get_running_loop().run_in_executor(None, os.close, fd)
+    try:
+        await asyncio.shield(closing)
+    except asyncio.CancelledError:
+        closing.add_done_callback(_retrieve)
+        raise
 
 
 async def stat(path: StrPath | int, *, dir_fd: int | None = None,

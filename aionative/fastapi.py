@@ -18,7 +18,6 @@ Needs ``fastapi`` (``pip install aionative[fastapi]``); ``import aionative`` doe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import functools
 import inspect
@@ -122,7 +121,7 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
     The bytes go to a new temporary file beside ``destination`` (``.<name>.<random>.part``),
     renamed over it only once they are all written: a reader sees the old file or the new one,
     never a part; on an error, or a cancellation before the rename, the temporary file is
-    removed (when an open or close the cancellation cut short ends, if it had not yet) and
+    removed (when an open the cancellation cut short ends, if it had not yet) and
     ``destination`` is as it was. The rename is the commit point and is not cut short: a
     cancellation that arrives while it runs (or while ``fsync=True`` syncs the directory after
     it) is raised once it is done, ``destination`` then being the new file. The rename replaces
@@ -156,14 +155,12 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
         except BaseException:
             os.close(out)  # inline: every operation on it is over; nothing here may be cancelled
             raise
-        await _finished_anyway(_k.close_fd(out), _consume)  # (cut short: left open)
+        await _k.close_fd(out)
         renaming = asyncio.ensure_future(_k.replace(temporary, target))
         try:
             await asyncio.shield(renaming)
-        except asyncio.CancelledError:
-            with contextlib.suppress(BaseException):  # its outcome, before the caller's
-                await renaming
-            raise
+        finally:
+            await _settle(renaming)  # its outcome, before a cancellation of the caller's
     except BaseException:
         _remove(temporary)
         raise
@@ -175,7 +172,7 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
 async def _finished_anyway(aw: Awaitable[T], on_cancel: Callable[[asyncio.Future[T]], Any]
                            ) -> T:
     """Await ``aw``; cancelled meanwhile, it goes on, and ``on_cancel`` gets its task when it
-    ends (a worker's or the kernel's open or close cannot be called back)."""
+    ends (a worker's or the kernel's open cannot be called back)."""
     task = asyncio.ensure_future(aw)
     try:
         return await asyncio.shield(task)
@@ -190,11 +187,6 @@ def _discard_open(path: str, fut: asyncio.Future[int]) -> None:
     if fut.cancelled() or fut.exception() is None:
         _k._close_result(fut)
         _remove(path)
-
-
-def _consume(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()  # retrieved: the caller was cancelled and reports that
 
 
 def _remove(path: str) -> None:
