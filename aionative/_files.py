@@ -184,12 +184,10 @@ class _TextRules:
             if head == bom:
                 self.patterns, self.pending = pats, False
                 return
-        self.pending = True  # no BOM (yet): the decoder's business; lines go through a thread
+        # No BOM (yet): still pending, the decoder's business; lines go through a thread.
 
     def line_ready(self, buf: bytes | bytearray, i: int, end: int | None = None) -> bool:
         """Whether buf[i:end] holds a line end the text layer will see without reading more."""
-        if self.pending:
-            return False
         if end is None:
             end = len(buf)
         if self.unit == 1:
@@ -200,6 +198,8 @@ class _TextRules:
             if kr >= 0:
                 return kr + 1 < len(buf)
             return kn >= 0
+        if self.pending:  # (only a generic UTF-16/32 file's can be)
+            return False
         # UTF-16/32: a line end at every possible alignment, with room for one more unit.
         unit = self.unit
         for align in range(unit):

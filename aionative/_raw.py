@@ -298,8 +298,13 @@ class WindowRaw(io.RawIOBase):
         except OSError:
             return
         if size < self.wend:
-            del self._mutable()[max(0, size - self.wstart):]
+            self._end_window_at(size)
             self.eof = self.size = size
+
+    def _end_window_at(self, size: int) -> None:
+        """The file ends at ``size``: the window's bytes past it go."""
+        if size < self.wend:
+            del self._mutable()[max(0, size - self.wstart):]
 
     def next_fetch(self) -> int:
         """Offset at which the window continues from the position (regular files)."""
@@ -531,8 +536,7 @@ class WindowRaw(io.RawIOBase):
             raise _einval()
         self.staged.append((size, None))
         self.size = size
-        if size < self.wend:
-            del self._mutable()[max(0, size - self.wstart):]
+        self._end_window_at(size)
         self.eof = size
         if not self.in_op:
             try:
