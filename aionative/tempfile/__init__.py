@@ -39,10 +39,8 @@ async def _tempdir(dir: str | bytes | os.PathLike[str] | None, executor: Executo
     if _tempfile.tempdir is None:  # the first call probes candidate directories
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(executor, _tempfile.gettempdir)
-    # bytes when a bytes prefix or suffix asks for bytes names, as tempfile's
-    if _tempfile._infer_return_type(prefix, suffix, None) is bytes:  # type: ignore[attr-defined]
-        return _tempfile.gettempdirb()
-    return _tempfile.gettempdir()
+    # bytes when a bytes prefix or suffix asks for bytes names, as tempfile decides it
+    return _tempfile._sanitize_params(prefix, suffix, None)[2]  # type: ignore[attr-defined]
 
 
 def _flags(mode: str) -> int:
