@@ -2,7 +2,9 @@
 
 The stat-based predicates use the kernel's ``statx`` on io_uring (no thread); the rest run in
 the loop's executor, as aiofiles does. Semantics are ``os.path``'s (``exists`` is ``False``
-for any ``OSError`` or ``ValueError``, and so on)."""
+for any ``OSError`` or ``ValueError``, and so on), and so are the parameters' names: a call
+that names its argument (``getsize(filename=p)``, ``isdir(s=p)``) works as with ``os.path``
+or aiofiles, which passes keywords through."""
 
 from __future__ import annotations
 
@@ -57,8 +59,8 @@ async def isfile(path: StrPath | int, *, loop: Any = None, executor: Any = None)
     return st is not None and _stat.S_ISREG(st.st_mode)
 
 
-async def isdir(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> bool:
-    st = await _stat_or_none(path)
+async def isdir(s: StrPath | int, *, loop: Any = None, executor: Any = None) -> bool:
+    st = await _stat_or_none(s)
     return st is not None and _stat.S_ISDIR(st.st_mode)
 
 
@@ -70,20 +72,20 @@ async def islink(path: StrPath, *, loop: Any = None, executor: Any = None) -> bo
     return st is not None and _stat.S_ISLNK(st.st_mode)
 
 
-async def getsize(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> int:
-    return (await _k.stat(path)).st_size
+async def getsize(filename: StrPath | int, *, loop: Any = None, executor: Any = None) -> int:
+    return (await _k.stat(filename)).st_size
 
 
-async def getmtime(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
-    return (await _k.stat(path)).st_mtime
+async def getmtime(filename: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
+    return (await _k.stat(filename)).st_mtime
 
 
-async def getatime(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
-    return (await _k.stat(path)).st_atime
+async def getatime(filename: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
+    return (await _k.stat(filename)).st_atime
 
 
-async def getctime(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
-    return (await _k.stat(path)).st_ctime
+async def getctime(filename: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
+    return (await _k.stat(filename)).st_ctime
 
 
 async def samefile(f1: StrPath | int, f2: StrPath | int, *, loop: Any = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,42 @@ async def test_ospath(tmp_path: Path) -> None:
         os.close(fd2)
     with pytest.raises(FileNotFoundError):
         await aospath.getsize(tmp_path / "missing")
+
+
+def _parameters(fn: Any) -> list[tuple[str, Any, Any]]:
+    """Name, kind and default of each parameter, leaving out aiofiles' ``loop``/``executor``."""
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()
+            if p.name not in ("loop", "executor")]
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [(aos, os), (aospath, os.path)],
+                         ids=["os", "ospath"])
+async def test_parameters_are_named_as_os_names_them(ours: Any, theirs: Any) -> None:
+    """aiofiles passes keywords through to ``os``, so ``getsize(filename=p)`` or
+    ``isdir(s=p)`` works there; each function here takes the same parameters, by the same
+    names, as the ``os`` / ``os.path`` function of this Python. (``isdir`` and the four
+    ``get*`` took ``path`` before.)"""
+    names = [n for n in ours.__all__ if n not in ("wrap", "path")]
+    assert names
+    assert {n: _parameters(getattr(ours, n)) for n in names} == {
+        n: _parameters(getattr(theirs, n)) for n in names}
+
+
+async def test_the_ospath_functions_take_their_argument_by_name(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_bytes(b"abc")
+    for name in ("exists", "isfile", "isdir", "islink", "getsize", "getmtime", "getatime",
+                 "getctime", "abspath", "ismount"):
+        (param,) = inspect.signature(getattr(os.path, name)).parameters
+        for arg in (f, tmp_path):
+            assert await getattr(aospath, name)(**{param: arg}) == getattr(os.path, name)(
+                **{param: arg}), (name, arg)
+    assert await aospath.samefile(f1=f, f2=f) is True
+    fd = os.open(f, os.O_RDONLY)
+    try:
+        assert await aospath.sameopenfile(fp1=fd, fp2=fd) is True
+    finally:
+        os.close(fd)
 
 
 def _outcome(fn: Any, *args: Any, **kwargs: Any) -> Any:
