@@ -252,20 +252,23 @@ def _fd_links() -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize(("step", "how"), [("open", "queued"), ("open", "running"),
-                                           ("close", "queued"), ("close", "running"),
-                                           ("rename", "queued"), ("rename", "running"),
-                                           ("rename", "after")])
+@pytest.mark.parametrize(("step", "how", "cancels"), [
+    ("open", "queued", 1), ("open", "running", 1), ("close", "queued", 1),
+    ("close", "running", 1), ("rename", "queued", 1), ("rename", "running", 1),
+    ("rename", "after", 1), ("rename", "queued", 2), ("rename", "running", 2)])
 @pytest.mark.asyncio
 async def test_save_upload_cancelled_at_each_step_keeps_its_promise(
-        backend: str, tmp_path: Path, step: str, how: str) -> None:
+        backend: str, tmp_path: Path, step: str, how: str, cancels: int) -> None:
     """``save_upload`` cancelled while its open, close or rename waits in a busy executor, or
     runs there: before the rename, the destination is as it was; the rename, once asked for
-    (queued or running), finishes before the CancelledError; either way no temporary file and no descriptor stay
-    behind. (Before: a close cancelled before a worker took it never ran — a descriptor
-    leaked; an open cancelled as it ran created its file after the removal; and a rename cut
-    short raised CancelledError without waiting for the replaced destination.) The backends
-    whose opens, closes and renames go to the executor (on io_uring they are the kernel's)."""
+    (queued or running), finishes before the CancelledError, even if a second cancellation
+    comes while it is awaited; either way no temporary file and no descriptor stay behind.
+    (Before: a close cancelled before a worker took it never ran — a descriptor leaked; an
+    open cancelled as it ran created its file after the removal; a rename cut short raised
+    CancelledError without waiting for the replaced destination; and, in the first mend of
+    that, a second cancellation cancelled a rename still queued, which then never ran.) The
+    backends whose opens, closes and renames go to the executor (on io_uring they are the
+    kernel's)."""
     if backend == "io_uring":
         pytest.skip("io_uring opens, closes and renames in the kernel, not the executor")
     loop = asyncio.get_running_loop()
@@ -282,12 +285,17 @@ async def test_save_upload_cancelled_at_each_step_keeps_its_promise(
     task = asyncio.create_task(save_upload(upload, dest))
     await asyncio.wait_for(executor.reached.wait(), 10)
     task.cancel()
+    for _ in range(cancels - 1):
+        await asyncio.sleep(0.05)  # the task now waits for the rename's outcome
+        assert not task.done()
+        task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    want = data if step == "rename" else b"OLD"  # a rename asked for is not taken back
+    assert dest.read_bytes() == want  # before the CancelledError, not some time after it
     await asyncio.sleep(0.6)  # the held job ends
     executor.shutdown(wait=True)
     await upload.close()
-    want = data if step == "rename" else b"OLD"  # a rename asked for is not taken back
     assert dest.read_bytes() == want
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest.bin", "warm-up"]
     assert [v for k, v in _fd_links().items() if k not in before] == []
