@@ -13,7 +13,7 @@ import weakref
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from . import _backend
+from . import _backend, _threads
 from ._threads import ThreadsEngine
 
 if TYPE_CHECKING:
@@ -114,15 +114,19 @@ _DEFAULT_BUDGET_US = 150.0
 _budget_us: float | None = None       # set_inline_budget(); None: the environment or default
 
 
-def inline_budget() -> float:
+def inline_budget(backend: str | None = None) -> float:
     """The cooperative budget new engines get, in µs: how much wall time reads completed
     inline (page-cache hits, no kernel round trip) may take per loop iteration before reads go
-    to the kernel queue and the loop gets its turn. 0: no inline reads."""
+    to the kernel queue and the loop gets its turn. 0: no inline reads.
+
+    Unless set (``set_inline_budget``, ``AIONATIVE_INLINE_BUDGET_US``), ``backend``'s default:
+    150 µs for the native engines, 100 µs for ``"threads"``, whose refused reads cost more of
+    the iteration outside the budget (``_threads.DEFAULT_BUDGET_US``)."""
     if _budget_us is not None:
         return _budget_us
     raw = os.environ.get(_BUDGET_ENV)
     if not raw:
-        return _DEFAULT_BUDGET_US
+        return _threads.DEFAULT_BUDGET_US if backend == "threads" else _DEFAULT_BUDGET_US
     try:
         value = float(raw)
     except ValueError:
@@ -140,18 +144,19 @@ def _check_budget(us: float) -> None:
 def set_inline_budget(us: float | None) -> None:
     """Set the cooperative budget (µs) of every engine: those running now and those created
     later. ``0`` turns inline completion off (every read goes through the kernel queue);
-    ``None`` restores ``AIONATIVE_INLINE_BUDGET_US`` or the default (150 µs)."""
+    ``None`` restores ``AIONATIVE_INLINE_BUDGET_US`` or each backend's default (150 µs, the
+    threads engine's 100 µs)."""
     global _budget_us
     if us is not None:
         _check_budget(float(us))
     _budget_us = None if us is None else float(us)
-    value = inline_budget()
+    inline_budget()  # a bad AIONATIVE_INLINE_BUDGET_US raises here, before any engine changes
     with _lock:
         entries = list(_entries.values())
     for entry in entries:
         eng = entry.engine
         if not eng.closed and entry.thread == threading.get_ident():
-            eng.inline_budget_us = value
+            eng.inline_budget_us = inline_budget(eng.backend)
 
 
 _entries: dict[int, _Entry] = {}      # id(loop) -> entry; guarded by _lock
@@ -163,7 +168,7 @@ def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
     while True:
         name, rejected = _backend.choose(backend)
         engine: EngineLike
-        budget = inline_budget()
+        budget = inline_budget(name)
         if name == "threads":
             engine = ThreadsEngine(loop)
             engine.inline_budget_us = budget

@@ -137,7 +137,13 @@ def _pwrite(fd: int, data: memoryview, offset: int) -> int:
 
 _NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)  # Linux 4.14+; None elsewhere
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
-DEFAULT_BUDGET_US = 150.0
+# Lower than the native engines' 150 µs: each read the spent budget refuses here costs a Python
+# future, a queue entry and a task step, work outside the budget in the same iteration (at
+# 150 µs, iterations of 0.18 ms at the median beside 64 hot readers, the native engines' 0.15:
+# `python -m bench.inproc w6-turns --backend threads`). At 150 µs W6's 1 ms ticker missed its
+# 1 ms p99 on asyncio in three rounds of three (1.17-1.27 ms); at 100 µs, with no fewer reads
+# done, it met it wherever the machine did not stall the run (docs/benchmarks.md, "Session 19").
+DEFAULT_BUDGET_US = 100.0
 INLINE_MAX = 1 << 20  # larger reads go to a worker (one copy stays well within a budget)
 
 

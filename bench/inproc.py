@@ -372,7 +372,7 @@ async def w3_seq() -> None:
                 await aionative.preadinto(fd, buf, off)
         times[name].append((time.perf_counter() - t0) / len(offs) * 1e6)
         s1 = aionative.engine_stats()
-        last[name] = ", ".join(f"{k} {s1[k] - s0[k]}"
+        last[name] = ", ".join(f"{k} {s1.get(k, 0) - s0.get(k, 0)}"
                                for k in ("submitted", "inline_hits", "inline_retries"))
 
     try:
@@ -790,6 +790,8 @@ def main() -> None:
         _files._DIRECT_READ_MIN = args.direct_min
     if args.backend:
         aionative.set_default_backend(args.backend)
+    if args.budget_us is not None:  # every measurement's engine, not only w4-loop's
+        aionative.set_inline_budget(args.budget_us)
     if args.what == "gather-reads":
         coro = gather_reads(args.n or [1000, 10000])
     elif args.what == "w4-loop":

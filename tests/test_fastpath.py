@@ -285,6 +285,34 @@ def test_budget_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIONATIVE_INLINE_BUDGET_US")
     aionative.set_inline_budget(None)
     assert aionative.inline_budget() == 150.0
+    assert aionative.inline_budget("io_uring") == aionative.inline_budget("linux_aio") == 150.0
+    assert aionative.inline_budget("threads") == 100.0
+
+
+@pytest.mark.asyncio
+async def test_each_backend_has_its_default_budget_until_one_is_set(
+        backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The threads engine's default is 100 µs, the native engines' 150 µs (its refused reads
+    cost more of the iteration outside the budget: _threads.DEFAULT_BUDGET_US); a budget set
+    by call or environment is every engine's, and None restores each one's own default."""
+    monkeypatch.delenv("AIONATIVE_INLINE_BUDGET_US", raising=False)
+    default = 100.0 if backend == "threads" else 150.0
+    eng = aionative.get_engine()
+    try:
+        assert eng.inline_budget_us == default
+        aionative.set_inline_budget(120)
+        assert eng.inline_budget_us == 120
+        aionative.set_inline_budget(None)
+        assert eng.inline_budget_us == default
+        monkeypatch.setenv("AIONATIVE_INLINE_BUDGET_US", "80")
+        aionative.close_engine()
+        eng = aionative.get_engine()
+        assert eng.inline_budget_us == 80
+        monkeypatch.delenv("AIONATIVE_INLINE_BUDGET_US")
+        aionative.set_inline_budget(None)
+        assert eng.inline_budget_us == default
+    finally:
+        aionative.set_inline_budget(None)
 
 
 async def _longest_run(reader: Callable[[], Any], seconds: float) -> tuple[int, int]:
