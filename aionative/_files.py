@@ -48,7 +48,7 @@ import os
 import stat
 import sys
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
 from operator import index
@@ -487,6 +487,7 @@ class AsyncBase(Generic[S]):
                 return await self._in_executor(os.read, raw._fd, size)
             return await self._in_executor(os.pread, raw._fd, size, offset)
         eng = get_engine()
+        fut: Awaitable[bytes]
         if raw.kind == STREAM:
             fut = eng.pread(raw._fd, size, 0)
         else:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from . import _kernelops as _k
+from . import _threads
 from ._backend import _core
 from ._engine import get_engine
 
@@ -109,7 +110,7 @@ def set_turn_min(size: int) -> None:
     """Set ``TURN_MIN`` (benchmarks and tests: 0 sends every read the spent budget refused
     round a turn)."""
     global TURN_MIN
-    TURN_MIN = size
+    TURN_MIN = _threads.TURN_MIN = size
     if _core is not None:
         _core.call_setup(_pread, _preadinto, _pwrite, _write_refused, size,
                          asyncio.CancelledError)

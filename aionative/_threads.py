@@ -12,9 +12,10 @@ import errno
 import fcntl
 import os
 import time
+import types
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from operator import index
 from typing import Any, TypeVar
@@ -145,6 +146,15 @@ _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 # done, it met it wherever the machine did not stall the run (docs/benchmarks.md, "Session 19").
 DEFAULT_BUDGET_US = 100.0
 INLINE_MAX = 1 << 20  # larger reads go to a worker (one copy stays well within a budget)
+# From this size a read the spent budget refused is retried by its caller after one turn
+# (_read_after_a_turn), not queued; _lowlevel.set_turn_min sets it with the native engines'.
+TURN_MIN = 64 << 10
+RETRY_GRACE = 4  # such a retry is admitted while the iteration is under this many budgets
+
+
+@types.coroutine
+def _one_turn() -> Generator[None, None, None]:
+    yield  # a bare yield: the task runs again on the loop's next iteration
 
 
 class ThreadsEngine:
@@ -159,7 +169,7 @@ class ThreadsEngine:
                                             thread_name_prefix="aionative-io")
         self._closed = False
         self._stats = {"submitted": 0, "completed": 0, "cancels": 0, "inline_hits": 0,
-                       "inline_misses": 0, "budget_exhausted": 0}
+                       "inline_misses": 0, "budget_exhausted": 0, "turns": 0}
         self._live = 0
         self._budget_ns = int(DEFAULT_BUDGET_US * 1000) if _NOWAIT is not None else 0
         self._window_start = 0
@@ -168,6 +178,7 @@ class ThreadsEngine:
         self._deferred: deque[tuple[asyncio.Future[Any], Callable[..., Any], tuple[Any, ...]]]
         self._deferred = deque()
         self._drain_queued = False
+        self._scratch = bytearray()  # where inline reads land first (_inline_bytes)
 
     @property
     def inline_budget_us(self) -> float:
@@ -183,9 +194,11 @@ class ThreadsEngine:
         self._window_start = 0
         self._spent = False
 
-    def _inline_allowed(self, fd: int) -> bool:
-        """The same cooperative budget as the native engine (see its ``read``)."""
-        if not self._budget_ns or self._spent:
+    def _inline_allowed(self, fd: int, retry: bool = False) -> bool:
+        """The same cooperative budget as the native engine (see its ``read``); a ``retry``
+        (_read_after_a_turn) is admitted past it while the iteration is under RETRY_GRACE
+        budgets."""
+        if not self._budget_ns or (self._spent and not retry):
             return False
         now = time.monotonic_ns()
         if not self._window_start:
@@ -195,9 +208,11 @@ class ThreadsEngine:
             loop.call_soon(self._reopen)  # runs on the next iteration, after the loop polled
             self._window_start = now
         elif now - self._window_start >= self._budget_ns:
-            self._spent = True
-            self._stats["budget_exhausted"] += 1
-            return False
+            if not self._spent:
+                self._spent = True
+                self._stats["budget_exhausted"] += 1
+            if not retry or now - self._window_start >= RETRY_GRACE * self._budget_ns:
+                return False
         try:
             return not fcntl.fcntl(fd, fcntl.F_GETFL) & _O_DIRECT
         except (OSError, ValueError):  # a bad descriptor: the worker reports it as before
@@ -205,13 +220,14 @@ class ThreadsEngine:
 
     def _inline_bytes(self, fd: int, size: int, offset: int) -> bytes | None:
         """Up to ``size`` bytes at ``offset`` from the page cache (see _inline_into), or None
-        when a worker must read them."""
-        buf = bytearray(size)
-        n = self._inline_into(fd, memoryview(buf), offset)
-        if n < 0:
-            return None
-        del buf[n:]
-        return bytes(buf)
+        when a worker must read them. Read into the engine's scratch buffer, then copied: a
+        new temporary buffer a read, freed at the heap's top, had glibc give that memory back
+        and take it again, page fault by page fault, read after read."""
+        if len(self._scratch) < size:
+            self._scratch = bytearray(size)
+        with memoryview(self._scratch)[:size] as view:
+            n = self._inline_into(fd, view, offset)
+            return None if n < 0 else bytes(view[:n])
 
     def _inline_into(self, fd: int, view: memoryview, offset: int) -> int:
         """Read ``view`` at ``offset`` from the page cache without blocking: the byte count
@@ -266,9 +282,12 @@ class ThreadsEngine:
         fd, size, offset = _read_args_fast(fd, size, offset)
         return self._submit(_pread, fd, size, offset)
 
-    def read(self, fd: int, size: int, offset: int) -> bytes | asyncio.Future[bytes]:
+    def read(self, fd: int, size: int, offset: int, retry: bool = False
+             ) -> bytes | Awaitable[bytes]:
         """``pread``, completed inline when the page cache holds the data (see the native
-        engine's ``read``)."""
+        engine's ``read``); else an awaitable of the bytes: a worker's future, the queue's
+        future of a read the spent budget refused, or, for one of TURN_MIN bytes or more, a
+        retry after a turn (``retry``: that retry)."""
         fd, size, offset = _read_args_fast(fd, size, offset)
         if self._closed:
             raise RuntimeError("aionative: engine is closed")
@@ -276,13 +295,29 @@ class ThreadsEngine:
             data = os.pread(fd, 0, offset)
             self._stats["inline_hits"] += 1
             return data
-        if size <= INLINE_MAX and self._inline_allowed(fd):
+        if size <= INLINE_MAX and self._inline_allowed(fd, retry):
             got = self._inline_bytes(fd, size, offset)
             if got is not None:
                 return got
         elif size <= INLINE_MAX and self._spent:
-            return self._next_turn(self.read, fd, size, offset)
+            if size < TURN_MIN:
+                return self._next_turn(self.read, fd, size, offset)
+            if not retry:
+                return self._read_after_a_turn(fd, size, offset)
+            return self._next_turn(self.read, fd, size, offset, True)  # (a future, queued)
         return self._submit(_pread, fd, size, offset)
+
+    async def _read_after_a_turn(self, fd: int, size: int, offset: int) -> bytes:
+        """A large read the spent budget refused, retried inline after one turn of the loop
+        and its bytes returned to the caller. Through the queue's future (as smaller reads
+        go) a 1 MiB result is still held by the future while the woken task's next read
+        allocates another, and glibc gave the heap's top back and took it again between reads:
+        369 page faults a read, at 0.13x the speed of os.pread (docs/benchmarks.md, "Session
+        19"). Refused even within the grace, it waits in that queue."""
+        self._stats["turns"] += 1
+        await _one_turn()
+        res = self.read(fd, size, offset, True)
+        return res if isinstance(res, bytes) else await res
 
     def read_inline(self, fd: int, size: int, offset: int) -> bytes | bool | None:
         """``read``'s inline part alone (see the native engine's ``read_inline``): the
@@ -395,7 +430,7 @@ class ThreadsEngine:
     def fdatasync(self, fd: int) -> asyncio.Future[None]:
         return self._submit(os.fdatasync, index(fd))
 
-    def cancel(self, future: asyncio.Future[Any]) -> bool:
+    def cancel(self, future: Awaitable[Any]) -> bool:
         # A running os.pread cannot be interrupted; its buffer stays referenced by the worker
         # until it returns, so nothing is freed under it.
         self._stats["cancels"] += 1

@@ -485,10 +485,10 @@ async def test_threads_backend_retries_each_refused_read_about_once(
         attempts = 0
         allowed = ThreadsEngine._inline_allowed
 
-        def counting(self: ThreadsEngine, fd: int) -> bool:
+        def counting(self: ThreadsEngine, fd: int, retry: bool = False) -> bool:
             nonlocal attempts
             attempts += 1
-            return allowed(self, fd)
+            return allowed(self, fd, retry)
 
         monkeypatch.setattr(ThreadsEngine, "_inline_allowed", counting)
         aionative.set_inline_budget(20)  # spent after a handful of reads: many turns
@@ -504,6 +504,62 @@ async def test_threads_backend_retries_each_refused_read_about_once(
     finally:
         aionative.set_inline_budget(None)
         aionative.set_default_backend(None)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size,large", [(TURN_MIN, 1), (1 << 20, 1), (4096, 0)])
+async def test_threads_backend_a_large_read_refused_is_retried_by_its_caller(
+        tmp_path: Path, size: int, large: int) -> None:
+    """On the thread-pool backend, ``aionative.pread`` of ``TURN_MIN`` bytes or more that
+    finds the budget spent waits one turn in its caller and is read inline there, its bytes
+    returned, not passed through a future (a 1 MiB result still held by the future while the
+    woken task allocated the next one had glibc trim and regrow the heap: hundreds of page
+    faults a read); a smaller one waits in the queue of refused reads, as before. Neither
+    reaches a worker. Within the grace the retry is read even if the new iteration's budget
+    is spent again; past it, it waits in the queue too."""
+    aionative.set_default_backend("threads")
+    fd, data = hot_file(tmp_path / "f", 2 << 20)
+    spender, small = hot_file(tmp_path / "g", 10)
+    aionative.set_inline_budget(0.001)  # 1 ns: spent by the first inline call of an iteration
+    try:
+        eng = aionative.get_engine()
+        assert isinstance(eng, ThreadsEngine)
+        for off in (0, 12345):
+            await asyncio.sleep(0.001)  # a new iteration's budget
+            assert eng.read(spender, 1, 0) == small[:1]  # inline: the budget is spent now
+            before = aionative.engine_stats()
+            assert await aionative.pread(fd, size, off) == data[off:off + size]
+            assert delta(before, "submitted") == 0
+            assert delta(before, "turns") == large
+            assert not eng._deferred
+        # Past the grace: the iteration of the retry is a second old when it comes.
+        await asyncio.sleep(0.001)
+        queued = []
+        next_turn = eng._next_turn
+
+        def queue(*args: Any) -> Any:
+            queued.append(args[1:])
+            return next_turn(*args)
+
+        def aged() -> None:  # instead of the renewal the spending read scheduled
+            del eng._reopen  # type: ignore[attr-defined]
+            eng._window_start, eng._spent = time.monotonic_ns() - 10**9, True
+            asyncio.get_running_loop().call_soon(eng._reopen)  # the one after: renewed
+
+        eng._next_turn = queue  # type: ignore[method-assign]
+        eng._reopen = aged  # type: ignore[method-assign]
+        assert eng.read(spender, 1, 0) == small[:1]
+        before = aionative.engine_stats()
+        assert await aionative.pread(fd, size, 7) == data[7:7 + size]
+        assert delta(before, "submitted") == 0
+        assert delta(before, "turns") == large
+        assert queued == [(fd, size, 7, True) if large else (fd, size, 7)]
+        del eng._next_turn  # type: ignore[attr-defined]
+    finally:
+        aionative.set_inline_budget(None)
+        aionative.set_default_backend(None)
+        os.close(fd)
+        os.close(spender)
 
 
 @pytest.mark.asyncio
