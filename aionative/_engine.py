@@ -119,13 +119,19 @@ def inline_budget(backend: str | None = None) -> float:
     inline (page-cache hits, no kernel round trip) may take per loop iteration before reads go
     to the kernel queue and the loop gets its turn. 0: no inline reads.
 
-    Unless set (``set_inline_budget``, ``AIONATIVE_INLINE_BUDGET_US``), ``backend``'s default:
-    150 µs for the native engines, 100 µs for ``"threads"``, whose refused reads cost more of
-    the iteration outside the budget (``_threads.DEFAULT_BUDGET_US``)."""
+    Unless set (``set_inline_budget``, ``AIONATIVE_INLINE_BUDGET_US``), ``backend``'s default
+    (``None``: the backend a new engine would get): 150 µs for the native engines, 100 µs for
+    ``"threads"``, whose refused reads cost more of the iteration outside the budget
+    (``_threads.DEFAULT_BUDGET_US``)."""
     if _budget_us is not None:
         return _budget_us
     raw = os.environ.get(_BUDGET_ENV)
     if not raw:
+        if backend is None:
+            try:
+                backend = _backend.choose()[0]
+            except _backend.BackendUnavailableError:  # get_engine() will say so
+                pass
         return _threads.DEFAULT_BUDGET_US if backend == "threads" else _DEFAULT_BUDGET_US
     try:
         value = float(raw)

@@ -13,15 +13,15 @@ import asyncio
 import errno
 import functools
 import os
-import types
 import weakref
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._engine import get_engine
 from ._lowlevel import await_op
 from ._threads import ThreadsEngine
+from ._threads import one_turn as one_turn  # re-exported: _files and after_a_turn turn with it
 
 if TYPE_CHECKING:
     from ._core import Engine
@@ -112,13 +112,6 @@ class _Deferred:
 
 
 _deferred: weakref.WeakKeyDictionary[Any, _Deferred] = weakref.WeakKeyDictionary()
-
-
-@types.coroutine
-def one_turn() -> Generator[None, None, None]:
-    """A bare yield: the task runs again on the loop's next iteration, after everything that
-    was ready (asyncio.sleep(0) without its frame)."""
-    yield
 
 
 async def after_a_turn(eng: Any, method: str, *args: Any) -> Any:

@@ -4,7 +4,7 @@ loop's engine. Errors are the ``OSError`` subclasses ``os.pread``/``os.pwrite`` 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
 from . import _kernelops as _k
@@ -22,7 +22,7 @@ class _HasFileno(Protocol):
 FileDescriptorLike = int | _HasFileno
 
 
-async def await_op(engine: Any, fut: asyncio.Future[T]) -> T:
+async def await_op(engine: Any, fut: Awaitable[T]) -> T:
     """Await an engine operation; if the awaiting task is cancelled, abandon the operation
     (the kernel keeps its buffer until the completion is reaped)."""
     try:

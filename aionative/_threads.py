@@ -147,14 +147,17 @@ _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 DEFAULT_BUDGET_US = 100.0
 INLINE_MAX = 1 << 20  # larger reads go to a worker (one copy stays well within a budget)
 # From this size a read the spent budget refused is retried by its caller after one turn
-# (_read_after_a_turn), not queued; _lowlevel.set_turn_min sets it with the native engines'.
+# (_read_after_a_turn) while no refused read waits in the queue; _lowlevel.set_turn_min sets
+# it with the native engines'.
 TURN_MIN = 64 << 10
 RETRY_GRACE = 4  # such a retry is admitted while the iteration is under this many budgets
 
 
 @types.coroutine
-def _one_turn() -> Generator[None, None, None]:
-    yield  # a bare yield: the task runs again on the loop's next iteration
+def one_turn() -> Generator[None, None, None]:
+    """A bare yield: the task runs again on the loop's next iteration, after everything that
+    was ready (asyncio.sleep(0) without its frame)."""
+    yield
 
 
 class ThreadsEngine:
@@ -169,7 +172,8 @@ class ThreadsEngine:
                                             thread_name_prefix="aionative-io")
         self._closed = False
         self._stats = {"submitted": 0, "completed": 0, "cancels": 0, "inline_hits": 0,
-                       "inline_misses": 0, "budget_exhausted": 0, "turns": 0}
+                       "inline_misses": 0, "budget_exhausted": 0, "inline_retries": 0,
+                       "retries_refused": 0}
         self._live = 0
         self._budget_ns = int(DEFAULT_BUDGET_US * 1000) if _NOWAIT is not None else 0
         self._window_start = 0
@@ -300,11 +304,12 @@ class ThreadsEngine:
             if got is not None:
                 return got
         elif size <= INLINE_MAX and self._spent:
-            if size < TURN_MIN:
-                return self._next_turn(self.read, fd, size, offset)
-            if not retry:
+            if size >= TURN_MIN and not retry and not self._deferred:
                 return self._read_after_a_turn(fd, size, offset)
-            return self._next_turn(self.read, fd, size, offset, True)  # (a future, queued)
+            if retry:
+                self._stats["retries_refused"] += 1
+            # Queued, it is retried as ``retry`` too: never a coroutine for _retry to deliver.
+            return self._next_turn(self.read, fd, size, offset, True)
         return self._submit(_pread, fd, size, offset)
 
     async def _read_after_a_turn(self, fd: int, size: int, offset: int) -> bytes:
@@ -313,9 +318,14 @@ class ThreadsEngine:
         go) a 1 MiB result is still held by the future while the woken task's next read
         allocates another, and glibc gave the heap's top back and took it again between reads:
         369 page faults a read, at 0.13x the speed of os.pread (docs/benchmarks.md, "Session
-        19"). Refused even within the grace, it waits in that queue."""
-        self._stats["turns"] += 1
-        await _one_turn()
+        19"). It joins the queue instead if reads wait there (first come, first served: the
+        queue is drained only while the budget lasts, which retries admitted within the grace
+        ahead of it would spend every turn), or if refused even within the grace."""
+        await one_turn()
+        self._stats["inline_retries"] += 1
+        if self._deferred:
+            queued: bytes = await self._next_turn(self.read, fd, size, offset, True)
+            return queued
         res = self.read(fd, size, offset, True)
         return res if isinstance(res, bytes) else await res
 

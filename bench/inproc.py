@@ -790,7 +790,7 @@ def main() -> None:
         _files._DIRECT_READ_MIN = args.direct_min
     if args.backend:
         aionative.set_default_backend(args.backend)
-    if args.budget_us is not None:  # every measurement's engine, not only w4-loop's
+    if args.budget_us is not None:  # every measurement's engine (w4-steps sets its own)
         aionative.set_inline_budget(args.budget_us)
     if args.what == "gather-reads":
         coro = gather_reads(args.n or [1000, 10000])

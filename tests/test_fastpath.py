@@ -287,6 +287,11 @@ def test_budget_settings_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert aionative.inline_budget() == 150.0
     assert aionative.inline_budget("io_uring") == aionative.inline_budget("linux_aio") == 150.0
     assert aionative.inline_budget("threads") == 100.0
+    aionative.set_default_backend("threads")
+    try:
+        assert aionative.inline_budget() == 100.0  # None: the backend new engines get
+    finally:
+        aionative.set_default_backend(None)
 
 
 @pytest.mark.asyncio
@@ -515,8 +520,8 @@ async def test_threads_backend_a_large_read_refused_is_retried_by_its_caller(
     returned, not passed through a future (a 1 MiB result still held by the future while the
     woken task allocated the next one had glibc trim and regrow the heap: hundreds of page
     faults a read); a smaller one waits in the queue of refused reads, as before. Neither
-    reaches a worker. Within the grace the retry is read even if the new iteration's budget
-    is spent again; past it, it waits in the queue too."""
+    reaches a worker. The retry is read even if the new iteration's budget is spent again,
+    while it is under RETRY_GRACE budgets old; past that it waits in the queue too."""
     aionative.set_default_backend("threads")
     fd, data = hot_file(tmp_path / "f", 2 << 20)
     spender, small = hot_file(tmp_path / "g", 10)
@@ -524,42 +529,89 @@ async def test_threads_backend_a_large_read_refused_is_retried_by_its_caller(
     try:
         eng = aionative.get_engine()
         assert isinstance(eng, ThreadsEngine)
-        for off in (0, 12345):
-            await asyncio.sleep(0.001)  # a new iteration's budget
-            assert eng.read(spender, 1, 0) == small[:1]  # inline: the budget is spent now
-            before = aionative.engine_stats()
-            assert await aionative.pread(fd, size, off) == data[off:off + size]
-            assert delta(before, "submitted") == 0
-            assert delta(before, "turns") == large
-            assert not eng._deferred
-        # Past the grace: the iteration of the retry is a second old when it comes.
-        await asyncio.sleep(0.001)
-        queued = []
+        queued: list[tuple[Any, ...]] = []
         next_turn = eng._next_turn
 
         def queue(*args: Any) -> Any:
             queued.append(args[1:])
             return next_turn(*args)
 
-        def aged() -> None:  # instead of the renewal the spending read scheduled
-            del eng._reopen  # type: ignore[attr-defined]
-            eng._window_start, eng._spent = time.monotonic_ns() - 10**9, True
-            asyncio.get_running_loop().call_soon(eng._reopen)  # the one after: renewed
-
         eng._next_turn = queue  # type: ignore[method-assign]
-        eng._reopen = aged  # type: ignore[method-assign]
-        assert eng.read(spender, 1, 0) == small[:1]
-        before = aionative.engine_stats()
-        assert await aionative.pread(fd, size, 7) == data[7:7 + size]
-        assert delta(before, "submitted") == 0
-        assert delta(before, "turns") == large
-        assert queued == [(fd, size, 7, True) if large else (fd, size, 7)]
-        del eng._next_turn  # type: ignore[attr-defined]
+        for off in (0, 12345):
+            await asyncio.sleep(0.001)  # a new iteration's budget
+            assert eng.read(spender, 1, 0) == small[:1]  # inline: the budget is spent now
+            before = aionative.engine_stats()
+            assert await aionative.pread(fd, size, off) == data[off:off + size]
+            assert delta(before, "submitted") == 0
+            assert delta(before, "inline_retries") == large
+            assert queued == ([] if large else [(fd, size, off, True)])
+            queued.clear()
+        # The iteration of the retry is already 2 budgets old (admitted: the grace is 4), or
+        # 1000 (past it: queued, retried from there).
+        aionative.set_inline_budget(1000)
+        for age, admitted in ((2, True), (1000, False)):
+            await asyncio.sleep(0.001)
+
+            def aged(age: int = age) -> None:  # instead of the renewal the spender scheduled
+                del eng._reopen  # type: ignore[attr-defined]
+                eng._window_start = time.monotonic_ns() - age * eng._budget_ns
+                eng._spent = True
+                asyncio.get_running_loop().call_soon(eng._reopen)  # the one after: renewed
+
+            eng._reopen = aged  # type: ignore[method-assign]
+            assert eng.read(spender, 1, 0) == small[:1]  # opens the window (schedules aged)
+            eng._spent = True  # as if that read had spent it
+            before = aionative.engine_stats()
+            assert await aionative.pread(fd, size, 7) == data[7:7 + size]
+            assert delta(before, "submitted") == 0
+            assert delta(before, "inline_retries") == large
+            assert delta(before, "retries_refused") == (large and not admitted)
+            assert queued == ([] if large and admitted else [(fd, size, 7, True)])
+            queued.clear()
     finally:
         aionative.set_inline_budget(None)
         aionative.set_default_backend(None)
         os.close(fd)
         os.close(spender)
+
+
+@pytest.mark.asyncio
+async def test_threads_backend_large_readers_do_not_starve_the_queue(tmp_path: Path) -> None:
+    """Large reads retried after their turn go first while nothing waits in the queue of
+    refused reads, and join it once something does: two tasks streaming 1 MiB reads let a
+    task of 4 KiB reads make progress. (When every large read's retry went ahead, admitted
+    within the grace, the queue, drained only while the budget lasts, never moved: one small
+    read in 0.7 s.)"""
+    aionative.set_default_backend("threads")
+    fd, data = hot_file(tmp_path / "f", 2 << 20)
+    stop = False
+    small_reads = 0
+
+    async def large() -> None:
+        k = 0
+        while not stop:
+            off = (k % 2) << 20
+            assert await aionative.pread(fd, 1 << 20, off) == data[off:off + (1 << 20)]
+            k += 1
+
+    async def small_reader() -> None:
+        nonlocal small_reads
+        while not stop:
+            off = (small_reads % 64) * 4096
+            assert await aionative.pread(fd, 4096, off) == data[off:off + 4096]
+            small_reads += 1
+
+    try:
+        tasks = [asyncio.create_task(large()), asyncio.create_task(large()),
+                 asyncio.create_task(small_reader())]
+        await asyncio.sleep(0.5)
+        stop = True
+        await asyncio.gather(*tasks)
+        assert small_reads >= 20, small_reads
+        assert aionative.engine_stats()["submitted"] == 0
+    finally:
+        aionative.set_default_backend(None)
+        os.close(fd)
 
 
 @pytest.mark.asyncio
