@@ -123,16 +123,25 @@ def inline_budget(backend: str | None = None) -> float:
     (``None``: the backend a new engine would get): 150 µs for the native engines, 100 µs for
     ``"threads"``, whose refused reads cost more of the iteration outside the budget
     (``_threads.DEFAULT_BUDGET_US``)."""
+    value = _budget_set()
+    if value is not None:
+        return value
+    if backend is None:
+        try:
+            backend = _backend.choose()[0]
+        except _backend.BackendUnavailableError:  # get_engine() will say so
+            pass
+    return _threads.DEFAULT_BUDGET_US if backend == "threads" else _DEFAULT_BUDGET_US
+
+
+def _budget_set() -> float | None:
+    """The budget set by ``set_inline_budget`` or else ``AIONATIVE_INLINE_BUDGET_US``; None if
+    neither (each backend's default applies)."""
     if _budget_us is not None:
         return _budget_us
     raw = os.environ.get(_BUDGET_ENV)
     if not raw:
-        if backend is None:
-            try:
-                backend = _backend.choose()[0]
-            except _backend.BackendUnavailableError:  # get_engine() will say so
-                pass
-        return _threads.DEFAULT_BUDGET_US if backend == "threads" else _DEFAULT_BUDGET_US
+        return None
     try:
         value = float(raw)
     except ValueError:
@@ -156,7 +165,7 @@ def set_inline_budget(us: float | None) -> None:
     if us is not None:
         _check_budget(float(us))
     _budget_us = None if us is None else float(us)
-    inline_budget()  # a bad AIONATIVE_INLINE_BUDGET_US raises here, before any engine changes
+    _budget_set()  # a bad AIONATIVE_INLINE_BUDGET_US raises here, before any engine changes
     with _lock:
         entries = list(_entries.values())
     for entry in entries:

@@ -37,7 +37,7 @@ async def _pread(fd: int, size: int, offset: int) -> bytes:
 
     Reads larger than the kernel's per-call limit are split; a short result means end of file.
     A read the page cache can serve completes inline, within the loop's cooperative budget;
-    one of ``TURN_MIN`` bytes or more that finds the budget spent waits a turn of the loop and
+    one of ``TURN_MIN`` (``_threads.TURN_MIN``) bytes or more that finds the budget spent waits a turn of the loop and
     is retried inline rather than queued.
     """
     # The Python path is the threads engine's (which queues its refused reads itself); the
@@ -52,14 +52,6 @@ async def _pread(fd: int, size: int, offset: int) -> bytes:
     except asyncio.CancelledError:
         eng.cancel(res)
         raise
-
-
-#: From this size on, a read the spent budget refused waits a turn of the loop and is retried
-#: inline rather than queued (``_core.Call``): its copy outweighs the turn, and the queue would
-#: make the same copy inside the iteration's flush (cached reads complete inside their
-#: submission), unbounded by the budget. Smaller reads are queued: a turn per read costs more
-#: than the batch. ``set_turn_min`` changes it.
-TURN_MIN = 64 << 10
 
 
 async def _preadinto(fd: int, buffer: Any, offset: int) -> int:
@@ -107,10 +99,9 @@ async def _write_refused(eng: Any, fd: int, data: Any, offset: int) -> int:
 
 
 def set_turn_min(size: int) -> None:
-    """Set ``TURN_MIN`` (benchmarks and tests: 0 sends every read the spent budget refused
-    round a turn)."""
-    global TURN_MIN
-    TURN_MIN = _threads.TURN_MIN = size
+    """Set ``TURN_MIN`` (``_threads.TURN_MIN``, every engine's; benchmarks and tests: 0 sends
+    every read the spent budget refused round a turn)."""
+    _threads.TURN_MIN = size
     if _core is not None:
         _core.call_setup(_pread, _preadinto, _pwrite, _write_refused, size,
                          asyncio.CancelledError)
@@ -123,7 +114,7 @@ if _core is not None:
     # The same calls without a coroutine (csrc/call.c): their first step finds the engine and
     # does the call in C, and a call done inline returns at once; the functions above remain
     # the threads engine's path.
-    set_turn_min(TURN_MIN)
+    set_turn_min(_threads.TURN_MIN)
     Coroutine.register(_core.Call)
     pread, preadinto, pwrite = _core.pread, _core.preadinto, _core.pwrite
 else:

@@ -146,11 +146,15 @@ _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 # done, it met it wherever the machine did not stall the run (docs/benchmarks.md, "Session 19").
 DEFAULT_BUDGET_US = 100.0
 INLINE_MAX = 1 << 20  # larger reads go to a worker (one copy stays well within a budget)
-# From this size a read the spent budget refused is retried by its caller after one turn
-# (_read_after_a_turn) while no refused read waits in the queue; _lowlevel.set_turn_min sets
-# it with the native engines'.
+#: Every engine's: from this size on, a read the spent budget refused waits a turn of the loop
+#: and is retried inline rather than queued (the native engines' ``_core.Call``; here
+#: ``_read_after_a_turn``, while no refused read waits in the queue): its copy outweighs the
+#: turn, and the native queue would make the same copy inside the iteration's flush (cached
+#: reads complete inside their submission), unbounded by the budget. Smaller reads are queued:
+#: a turn per read costs more than the batch. ``_lowlevel.set_turn_min`` changes it.
 TURN_MIN = 64 << 10
-RETRY_GRACE = 4  # such a retry is admitted while the iteration is under this many budgets
+RETRY_GRACE = 4  # as csrc/inline.c's: a retry is admitted while the iteration is under this
+                 # many budgets
 
 
 @types.coroutine

@@ -29,8 +29,7 @@ import aionative
 from aionative import _backend
 from aionative import _kernelops as _k
 from aionative._kernelops import AT_FDCWD
-from aionative._lowlevel import TURN_MIN
-from aionative._threads import ThreadsEngine
+from aionative._threads import TURN_MIN, ThreadsEngine
 
 from .conftest import cold_file
 
