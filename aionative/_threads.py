@@ -310,8 +310,6 @@ class ThreadsEngine:
         elif size <= INLINE_MAX and self._spent:
             if size >= TURN_MIN and not retry and not self._deferred:
                 return self._read_after_a_turn(fd, size, offset)
-            if retry:
-                self._stats["retries_refused"] += 1
             # Queued, it is retried as ``retry`` too: never a coroutine for _retry to deliver.
             return self._next_turn(self.read, fd, size, offset, True)
         return self._submit(_pread, fd, size, offset)
@@ -331,7 +329,11 @@ class ThreadsEngine:
             queued: bytes = await self._next_turn(self.read, fd, size, offset, True)
             return queued
         res = self.read(fd, size, offset, True)
-        return res if isinstance(res, bytes) else await res
+        if isinstance(res, bytes):
+            return res
+        if self._deferred and self._deferred[-1][0] is res:  # refused past the grace: queued
+            self._stats["retries_refused"] += 1
+        return await res
 
     def read_inline(self, fd: int, size: int, offset: int) -> bytes | bool | None:
         """``read``'s inline part alone (see the native engine's ``read_inline``): the
@@ -385,7 +387,7 @@ class ThreadsEngine:
         self._drain_queued = False
         queue = self._deferred
         while queue:
-            if self._spent:  # this turn's budget is gone too: the rest wait for the next one
+            if self._spent_now():  # this turn's budget is gone too: the rest wait for the next
                 loop = self._loop_ref()
                 if loop is not None and not self._closed:
                     if not self._drain_queued:  # (a read re-queued just now may have queued it)
@@ -395,6 +397,17 @@ class ThreadsEngine:
                 # the engine closed under them: each gets the error a new read would get
             fut, method, args = queue.popleft()
             self._retry(fut, method, args)
+
+    def _spent_now(self) -> bool:
+        """Whether this iteration's budget is gone, by the clock: ``_spent`` is set only when a
+        call finds it so, and a read the drain let through may have spent it. (Taken from the
+        head of the queue then, the next read would be refused and queued again at its end:
+        a small read behind large ones went round the queue for as long as they came.)"""
+        if (not self._spent and self._window_start
+                and time.monotonic_ns() - self._window_start >= self._budget_ns):
+            self._spent = True
+            self._stats["budget_exhausted"] += 1
+        return self._spent
 
     def _retry(self, fut: asyncio.Future[Any], method: Callable[..., Any],
                args: tuple[Any, ...]) -> None:
