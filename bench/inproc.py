@@ -28,8 +28,13 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         W3's sequential 1 MiB ``aionative.pread``s over the first 256 MiB of W1's (cached) file
         against ``os.pread``, and ``aionative.preadinto``s into one buffer against
         ``os.preadv``, alternating, five passes each: median µs a read, each pair's ratio, and
-        how the last pass's reads went (queued, inline, retried after a turn); and
+        how the last pass's reads went (queued, inline, retried after a turn, minor page
+        faults a read); and
         ``os.preadv`` with the loop turned once after each read: what the turn costs.
+    python -m bench.inproc large-small [--seconds 0.7] [--backend threads]
+        Two tasks streaming cached 1 MiB ``aionative.pread``s beside one task of 4 KiB ones:
+        how many of each got done, and the slowest small one (whether large reads' turns
+        starve the queue of refused reads).
     python -m bench.inproc w3-lag [--seconds 2] [--loop asyncio|uvloop]
         One task's sequential 1 MiB ``aionative.pread``s beside a 1 ms ticker: chunks/s and
         the ticker's lateness (p50 / p99 / max): what a large-chunk reader costs the others.
@@ -154,9 +159,8 @@ def _w4_files(count: int = 300) -> list[str]:
     return files
 
 
-async def w4_loop(seconds: float, budget_us: float | None, tasks: int) -> None:
+async def w4_loop(seconds: float, tasks: int) -> None:
     files = _w4_files()
-    aionative.set_inline_budget(budget_us)
 
     async def worker(it: Iterator[str]) -> None:
         for p in it:
@@ -172,8 +176,8 @@ async def w4_loop(seconds: float, budget_us: float | None, tasks: int) -> None:
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
     s1 = aionative.engine_stats()
     queued = s1["submitted"] - s0["submitted"]
-    deferred = s1.get("inline_retries", 0) - s0.get("inline_retries", 0)  # one retry a deferral
-    waited = s1.get("retries_refused", 0) - s0.get("retries_refused", 0)
+    deferred = s1["inline_retries"] - s0["inline_retries"]  # one retry a deferral
+    waited = s1["retries_refused"] - s0["retries_refused"]
     print(f"{done} files, N={tasks}: {wall * 1e6 / done:.1f} µs wall, "
           f"{cpu * 1e6 / done:.1f} µs CPU a file; {queued} operations through the kernel "
           f"queue; {deferred / done:.2f} inline calls a file deferred to a later turn, "
@@ -353,7 +357,8 @@ async def w3_seq() -> None:
     last: dict[str, str] = {}
 
     async def one(name: str) -> None:
-        s0, t0 = aionative.engine_stats(), time.perf_counter()
+        s0, f0 = aionative.engine_stats(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        t0 = time.perf_counter()
         if name == "os.pread":
             for off in offs:
                 os.pread(fd, chunk, off)
@@ -371,9 +376,11 @@ async def w3_seq() -> None:
             for off in offs:
                 await aionative.preadinto(fd, buf, off)
         times[name].append((time.perf_counter() - t0) / len(offs) * 1e6)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
         s1 = aionative.engine_stats()
-        last[name] = ", ".join(f"{k} {s1.get(k, 0) - s0.get(k, 0)}"
-                               for k in ("submitted", "inline_hits", "inline_retries"))
+        last[name] = ", ".join([f"{k} {s1[k] - s0[k]}" for k in
+                                ("submitted", "inline_hits", "inline_retries")] +
+                               [f"{faults / len(offs):.1f} minor page faults a read"])
 
     try:
         for _ in range(5):
@@ -390,6 +397,37 @@ async def w3_seq() -> None:
     turn = "os.preadv + a turn"
     print(f"µs a 1 MiB read with the loop turned once after each (a bare yield): {turn} "
           f"{med[turn]:.1f} = {med['os.preadv'] / med[turn]:.3f}× os.preadv's speed")
+
+
+async def large_small(seconds: float) -> None:
+    """Two tasks streaming 1 MiB ``aionative.pread``s of W1's (cached) file beside one task of
+    4 KiB ones: how many small reads get done, and the slowest, while large ones keep coming
+    (a queue of refused reads that large reads' retries overtake every turn never moves)."""
+    fd = _w1_hot_fd(2 << 20)
+    stop, small, worst, large = False, 0, 0.0, 0
+
+    async def streamer(k: int) -> None:
+        nonlocal large
+        while not stop:
+            await aionative.pread(fd, 1 << 20, (k % 2) << 20)
+            k, large = k + 1, large + 1
+
+    async def reader() -> None:
+        nonlocal small, worst
+        while not stop:
+            t = time.perf_counter()
+            await aionative.pread(fd, 4096, (small % 64) * 4096)
+            worst = max(worst, time.perf_counter() - t)
+            small += 1
+
+    tasks = [asyncio.ensure_future(streamer(0)), asyncio.ensure_future(streamer(1)),
+             asyncio.ensure_future(reader())]
+    await asyncio.sleep(seconds)
+    stop = True
+    await asyncio.gather(*tasks)
+    os.close(fd)
+    print(f"{seconds:g} s: {large} reads of 1 MiB, {small} of 4 KiB, the slowest of those "
+          f"{worst * 1e3:.1f} ms")
 
 
 async def w3_lag(seconds: float) -> None:
@@ -765,7 +803,7 @@ def main() -> None:
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
                                      "w6-turns", "w2-direct", "w3-seq", "w3-lag", "w5-write",
                                      "log-lines", "cold-whole", "w3-file", "w7-readline",
-                                     "cold-rand"])
+                                     "cold-rand", "large-small"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -795,13 +833,15 @@ def main() -> None:
     if args.what == "gather-reads":
         coro = gather_reads(args.n or [1000, 10000])
     elif args.what == "w4-loop":
-        coro = w4_loop(args.seconds, args.budget_us, (args.n or [1])[0])
+        coro = w4_loop(args.seconds, (args.n or [1])[0])
     elif args.what == "w4-steps":
         coro = w4_steps()
     elif args.what == "w6-turns":
         coro = w6_turns((args.n or [64])[0])
     elif args.what == "w3-seq":
         coro = w3_seq()
+    elif args.what == "large-small":
+        coro = large_small(args.seconds if args.seconds != 6.0 else 0.7)
     elif args.what == "w3-lag":
         coro = w3_lag(args.seconds if args.seconds != 6.0 else 2.0)
     elif args.what == "w2-direct":
