@@ -319,8 +319,8 @@ class ThreadsEngine:
         and its bytes returned to the caller. Through the queue's future (as smaller reads
         go) a 1 MiB result is still held by the future while the woken task's next read
         allocates another, and glibc gave the heap's top back and took it again between reads:
-        369 page faults a read, at 0.13x the speed of os.pread (docs/benchmarks.md, "Session
-        19"). It joins the queue instead if reads wait there (first come, first served: the
+        368 page faults a read, at 0.14x the speed of os.pread (`python -m bench.inproc w3-seq
+        --backend threads`; docs/benchmarks.md, "Session 19"). It joins the queue instead if reads wait there (first come, first served: the
         queue is drained only while the budget lasts, which retries admitted within the grace
         ahead of it would spend every turn), or if refused even within the grace."""
         await one_turn()
