@@ -15,7 +15,7 @@ import functools
 import os
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._engine import get_engine
@@ -62,6 +62,18 @@ def _close_result(fut: asyncio.Future[int]) -> None:
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()  # retrieved: its caller was cancelled and reports that
+
+
+async def finished_anyway(aw: Awaitable[T], on_cancel: Callable[[asyncio.Future[T]], Any]
+                          ) -> T:
+    """Await ``aw``; cancelled meanwhile, it goes on, and ``on_cancel`` gets its future when it
+    ends (a worker's close or open, or the kernel's open, cannot be called back)."""
+    fut = asyncio.ensure_future(aw)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(on_cancel)
+        raise
 
 
 def _native(name: str, eng: Any = None) -> Engine | None:
@@ -252,12 +264,8 @@ async def close_fd(fd: int) -> None:
         return await await_op(eng, eng.close_fd(fd))
     # A close still waiting for a worker would never run if its caller's cancellation reached
     # it, and the descriptor would stay open: it runs anyway.
-    closing = asyncio.get_running_loop().run_in_executor(None, os.close, fd)
-    try:
-        await asyncio.shield(closing)
-    except asyncio.CancelledError:
-        closing.add_done_callback(_retrieve)
-        raise
+    await finished_anyway(asyncio.get_running_loop().run_in_executor(None, os.close, fd),
+                          _retrieve)
 
 
 async def stat(path: StrPath | int, *, dir_fd: int | None = None,

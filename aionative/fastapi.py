@@ -25,9 +25,9 @@ import io
 import os
 import secrets
 import stat
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias
 
 from fastapi import HTTPException, UploadFile
 
@@ -36,8 +36,6 @@ from ._engine import EngineLike, close_engine, get_engine
 from ._files import AsyncBase
 from ._open import open_file
 from .starlette import FileResponse, StaticFiles, _settle
-
-T = TypeVar("T")
 
 __all__ = [
     "FileResponse",
@@ -144,7 +142,7 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
     # O_EXCL: a fresh file, never one (or a symlink) that someone put at that name. Cancelled,
     # the open (a worker's or the kernel's) goes on: what it creates is closed and removed when
     # it ends (removed now, the file could appear after).
-    out = await _finished_anyway(
+    out = await _k.finished_anyway(
         _k.open_fd(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666),
         functools.partial(_discard_open, temporary))
     try:
@@ -167,18 +165,6 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
     if fsync:
         await _fsync_directory(eng, directory or ".")
     return written
-
-
-async def _finished_anyway(aw: Awaitable[T], on_cancel: Callable[[asyncio.Future[T]], Any]
-                           ) -> T:
-    """Await ``aw``; cancelled meanwhile, it goes on, and ``on_cancel`` gets its task when it
-    ends (a worker's or the kernel's open cannot be called back)."""
-    task = asyncio.ensure_future(aw)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        task.add_done_callback(on_cancel)
-        raise
 
 
 def _discard_open(path: str, fut: asyncio.Future[int]) -> None:
