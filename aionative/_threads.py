@@ -157,6 +157,17 @@ RETRY_GRACE = 4  # as csrc/inline.c's: a retry is admitted while the iteration i
                  # many budgets
 
 
+def _on_the_loops_engine(method: str, args: tuple[Any, ...]) -> tuple[Any, Any]:
+    """A read that waited a turn found its engine closed (``close_engine()``: "the next
+    operation makes a new one"): the loop's engine now, and what its ``read`` or ``readinto``
+    of ``args`` (without a retry flag) returned. The native engines' calls move the same way
+    (csrc/call.c, ``call_after_turn``; ``_kernelops._Deferred``)."""
+    from ._engine import get_engine  # (it imports this module)
+
+    eng = get_engine()
+    return eng, getattr(eng, method)(*args[:3])
+
+
 @types.coroutine
 def one_turn() -> Generator[None, None, None]:
     """A bare yield: the task runs again on the loop's next iteration, after everything that
@@ -183,7 +194,7 @@ class ThreadsEngine:
         self._window_start = 0
         self._spent = False
         # Reads a spent budget refused, oldest first, and whether a turn to retry them is queued.
-        self._deferred: deque[tuple[asyncio.Future[Any], Callable[..., Any], tuple[Any, ...]]]
+        self._deferred: deque[tuple[asyncio.Future[Any], str, tuple[Any, ...]]]
         self._deferred = deque()
         self._drain_queued = False
         self._scratch = bytearray()  # where inline reads land first (_inline_bytes)
@@ -311,7 +322,7 @@ class ThreadsEngine:
             if size >= TURN_MIN and not retry and not self._deferred:
                 return self._read_after_a_turn(fd, size, offset)
             # Queued, it is retried as ``retry`` too: never a coroutine for _retry to deliver.
-            return self._next_turn(self.read, fd, size, offset, True)
+            return self._next_turn("read", fd, size, offset, True)
         return self._submit(_pread, fd, size, offset)
 
     async def _read_after_a_turn(self, fd: int, size: int, offset: int) -> bytes:
@@ -322,11 +333,22 @@ class ThreadsEngine:
         368 page faults a read, at 0.14x the speed of os.pread (`python -m bench.inproc w3-seq
         --backend threads`; docs/benchmarks.md, "Session 19"). It joins the queue instead if reads wait there (first come, first served: the
         queue is drained only while the budget lasts, which retries admitted within the grace
-        ahead of it would spend every turn), or if refused even within the grace."""
+        ahead of it would spend every turn), or if refused even within the grace. Closed during
+        the turn, the engine hands it to the loop's new one."""
         await one_turn()
+        if self._closed:  # close_engine() during the turn: the loop's new engine reads it
+            eng, got = _on_the_loops_engine("read", (fd, size, offset))
+            if isinstance(got, bytes):
+                return got
+            try:
+                moved: bytes = await got
+                return moved
+            except asyncio.CancelledError:
+                eng.cancel(got)
+                raise
         self._stats["inline_retries"] += 1
         if self._deferred:
-            queued: bytes = await self._next_turn(self.read, fd, size, offset, True)
+            queued: bytes = await self._next_turn("read", fd, size, offset, True)
             return queued
         res = self.read(fd, size, offset, True)
         if isinstance(res, bytes):
@@ -362,10 +384,10 @@ class ThreadsEngine:
             if n >= 0:
                 return n
         elif len(view) <= INLINE_MAX and self._spent:
-            return self._next_turn(self.readinto, fd, view, offset)
+            return self._next_turn("readinto", fd, view, offset)
         return self._submit(_preadinto, fd, view, offset)
 
-    def _next_turn(self, method: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    def _next_turn(self, method: str, *args: Any) -> asyncio.Future[Any]:
         """The budget is spent: try again on the loop's next iteration (when ``_reopen``, which
         was scheduled before, has renewed it) rather than hand the read to a worker — a thread
         hop costs tens of microseconds and the GIL, a turn of the loop a few.
@@ -394,7 +416,7 @@ class ThreadsEngine:
                         self._drain_queued = True
                         loop.call_soon(self._drain)
                     return
-                # the engine closed under them: each gets the error a new read would get
+                # the engine closed under them: each goes to the loop's new engine (_retry)
             fut, method, args = queue.popleft()
             self._retry(fut, method, args)
 
@@ -409,12 +431,16 @@ class ThreadsEngine:
             self._stats["budget_exhausted"] += 1
         return self._spent
 
-    def _retry(self, fut: asyncio.Future[Any], method: Callable[..., Any],
-               args: tuple[Any, ...]) -> None:
+    def _retry(self, fut: asyncio.Future[Any], method: str, args: tuple[Any, ...]) -> None:
         if fut.done():  # cancelled meanwhile
             return
         try:
-            res = method(*args)
+            if self._closed:  # close_engine() while it waited
+                _, res = _on_the_loops_engine(method, args)
+                if asyncio.iscoroutine(res):  # a threads engine's large read, after its turn
+                    res = asyncio.ensure_future(res)
+            else:
+                res = getattr(self, method)(*args)
         except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting task
             fut.set_exception(exc)
             return

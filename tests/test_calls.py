@@ -241,13 +241,15 @@ async def test_calls_look_like_coroutines_to_asyncio(
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("what", ["pread", "preadinto", "pwrite", "read_bytes"])
+@pytest.mark.parametrize("what", ["pread", "pread-small", "preadinto", "pwrite", "read_bytes"])
 async def test_a_call_waiting_a_turn_survives_close_engine(
-        native_backend: str, tmp_path: Path, what: str) -> None:
+        backend: str, tmp_path: Path, what: str) -> None:
     """A large read, a pwrite or read_bytes that the spent budget sent round a turn, and
     another task calls close_engine() during that turn ("the next operation makes a new
     one"): the call runs on the loop's new engine. It retried on the closed one: "engine is
-    closed"."""
+    closed". On the threads engine the large pread waits its turn in its caller, and the
+    small one and preadinto wait in the engine's queue of refused reads: both move too (they
+    raised "engine is closed" there)."""
     path = tmp_path / "f"
     data = os.urandom(1 << 18)
     path.write_bytes(data)
@@ -263,6 +265,8 @@ async def test_a_call_waiting_a_turn_survives_close_engine(
                 pass
             if what == "pread":
                 return await aionative.pread(fd, 1 << 17, 0)
+            if what == "pread-small":
+                return await aionative.pread(fd, 4096, 0)
             if what == "preadinto":
                 return await aionative.preadinto(fd, buf, 0)
             if what == "pwrite":
@@ -275,8 +279,8 @@ async def test_a_call_waiting_a_turn_survives_close_engine(
         aionative.close_engine()
         got = await asyncio.wait_for(task, 10)
         assert eng.closed and aionative.get_engine() is not eng
-        expected = {"pread": data[:1 << 17], "preadinto": 1 << 17, "pwrite": 100,
-                    "read_bytes": data}[what]
+        expected = {"pread": data[:1 << 17], "pread-small": data[:4096], "preadinto": 1 << 17,
+                    "pwrite": 100, "read_bytes": data}[what]
         assert got == expected
         if what == "preadinto":
             assert buf == data[:1 << 17]
