@@ -31,10 +31,18 @@ def _einval() -> OSError:
 
 
 def _fd_slow(fd: Any) -> int:
-    """The native engine's descriptor conversion: ``__index__``, a C int."""
+    """The native engine's descriptor conversion: ``__index__``, a C int (os.pread's error)."""
     n = index(fd)
     if not -(1 << 31) <= n < 1 << 31:
-        raise OverflowError("fd is out of range")
+        raise OverflowError("Python int too large to convert to C int")
+    return n
+
+
+def _size_slow(size: Any) -> int:
+    """A read's size as ``os.pread`` converts it: ``__index__``, a ``Py_ssize_t``."""
+    n = index(size)
+    if not -(1 << 63) <= n < 1 << 63:
+        raise OverflowError("Python int too large to convert to C ssize_t")
     return n
 
 
@@ -59,7 +67,7 @@ def _read_args(fd: Any, size: Any, offset: Any) -> tuple[int, int, int]:
     the allocation of the whole result, which ``os.pread`` and the native engine make before
     reading (MemoryError for a size no file could fill, however little the file holds)."""
     f = _fd_slow(fd)
-    n = off_t(size)
+    n = _size_slow(size)
     o = _offset_slow(offset)
     if n < 0:
         raise _einval()
@@ -81,7 +89,13 @@ def _read_args_fast(fd: Any, size: Any, offset: Any) -> tuple[int, int, int]:
 def _view(buffer: Any, writable: bool) -> memoryview:
     """The buffer a native operation would take (PyBUF_SIMPLE / PyBUF_WRITABLE): contiguous,
     writable for reads (BufferError otherwise, TypeError for what is no buffer)."""
-    view = memoryview(buffer)
+    try:
+        view = memoryview(buffer)
+    except TypeError as exc:  # as os.pwrite words it (memoryview's has its name in front)
+        if str(exc).startswith("memoryview: a bytes-like object is required"):
+            raise TypeError("a bytes-like object is required, not "
+                            f"'{type(buffer).__name__}'") from None
+        raise
     if writable and view.readonly:
         raise BufferError("Object is not writable.")
     if not view.c_contiguous:

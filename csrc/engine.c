@@ -609,11 +609,12 @@ static PyObject *engine_start(engine_t *e, uint32_t idx)
 
 static int parse_fd(PyObject *o, int *fd)
 {
-    long v = PyLong_AsLong(o);
+    int overflow;  /* os.* convert a descriptor to a C int: the same error, word for word */
+    long v = PyLong_AsLongAndOverflow(o, &overflow);
     if (v == -1 && PyErr_Occurred())
         return -1;
-    if (v > INT_MAX || v < INT_MIN) {
-        PyErr_SetString(PyExc_OverflowError, "fd is out of range");
+    if (overflow || v > INT_MAX || v < INT_MIN) {
+        PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to C int");
         return -1;
     }
     *fd = (int)v;

@@ -144,6 +144,49 @@ async def test_errors_match_os(tmp_path: Path, data_file: tuple[Path, bytes],
         assert await _our_error(ours()) == _os_error(sync)
 
 
+async def test_argument_errors_are_the_os_ones_word_for_word(
+        data_file: tuple[Path, bytes], fd_of: Callable[..., int]) -> None:
+    """A bad argument raises what os.pread / os.pwrite / os.preadv / os.fsync raise for it,
+    type and message. A descriptor out of a C int's range said "fd is out of range" on every
+    backend; on the threads backend a size past 64 bits said "C long" (os: "C ssize_t") and
+    what is no buffer had memoryview's name in front of os's message."""
+    path, _ = data_file
+    rd = fd_of(path)
+    big = 2 ** 70
+    cases: list[tuple[Callable[[], Any], Callable[[], Awaitable[Any]]]] = [
+        (lambda: os.pread(2 ** 31, 1, 0), lambda: aionative.pread(2 ** 31, 1, 0)),
+        (lambda: os.pread(-2 ** 31 - 1, 1, 0), lambda: aionative.pread(-2 ** 31 - 1, 1, 0)),
+        (lambda: os.pread(big, 1, 0), lambda: aionative.pread(big, 1, 0)),
+        (lambda: os.pread(rd, big, 0), lambda: aionative.pread(rd, big, 0)),
+        (lambda: os.pread(rd, -big, 0), lambda: aionative.pread(rd, -big, 0)),
+        (lambda: os.pread(rd, 1, big), lambda: aionative.pread(rd, 1, big)),
+        (lambda: os.pread(1.0, 1, 0), lambda: aionative.pread(1.0, 1, 0)),  # type: ignore[arg-type]
+        (lambda: os.pread(rd, 1.0, 0), lambda: aionative.pread(rd, 1.0, 0)),  # type: ignore[arg-type]
+        (lambda: os.pread(rd, 1, None), lambda: aionative.pread(rd, 1, None)),  # type: ignore[arg-type]
+        (lambda: os.pwrite(big, b"x", 0), lambda: aionative.pwrite(big, b"x", 0)),
+        (lambda: os.pwrite(rd, "x", 0), lambda: aionative.pwrite(rd, "x", 0)),  # type: ignore[arg-type]
+        (lambda: os.pwrite(rd, 5, 0), lambda: aionative.pwrite(rd, 5, 0)),  # type: ignore[arg-type]
+        (lambda: os.pwrite(rd, b"x", big), lambda: aionative.pwrite(rd, b"x", big)),
+        (lambda: os.preadv(rd, ["ab"], 0), lambda: aionative.preadinto(rd, "ab", 0)),
+        (lambda: os.preadv(big, [bytearray(2)], 0),
+         lambda: aionative.preadinto(big, bytearray(2), 0)),
+        (lambda: os.fsync(big), lambda: aionative.fsync(big)),
+        (lambda: os.fsync("x"), lambda: aionative.fsync("x")),  # type: ignore[arg-type]
+    ]
+    for i, (sync, ours) in enumerate(cases):
+        want: tuple[type, str] | None = None
+        got: tuple[type, str] | None = None
+        try:
+            sync()
+        except Exception as exc:  # noqa: BLE001
+            want = (type(exc), str(exc))
+        try:
+            await ours()
+        except Exception as exc:  # noqa: BLE001
+            got = (type(exc), str(exc))
+        assert want is not None and got == want, (i, got, want)
+
+
 async def test_error_message_is_the_os_one(fd_of: Callable[..., int]) -> None:
     with pytest.raises(OSError) as info:
         await aionative.pread(-1, 1, 0)
