@@ -64,11 +64,13 @@ from ._raw import (
     STREAM,
     WindowRaw,
     align_down,
+    bytes_like,
     check_read_alloc,
     direct_buffer,
     direct_pread_sync,
     off_t,
     rmw_blocks,
+    ssize_t,
 )
 from ._threads import ThreadsEngine
 
@@ -773,7 +775,7 @@ class AsyncBase(Generic[S]):
         raw._check("r")
         if raw.direct:  # os.pread's conversions and checks, in the native engine's order
             if type(size) is not int or not -(1 << 63) <= size < 1 << 63:
-                size = off_t(size)
+                size = ssize_t(size)
             if type(offset) is not int or not -(1 << 63) <= offset < 1 << 63:
                 offset = off_t(offset)
             if offset < 0 or size < 0:
@@ -1876,7 +1878,7 @@ def _pwrite_args(data: Any, offset: Any) -> tuple[bytes, int]:
     """``os.pwrite``'s argument conversions, before anything is staged: a contiguous
     bytes-like object (TypeError, BufferError) and an offset that fits ``off_t``
     (``__index__``; TypeError, OverflowError; EINVAL when negative)."""
-    view = memoryview(data)
+    view = bytes_like(data)
     if not view.c_contiguous:
         raise BufferError("memoryview: underlying buffer is not C-contiguous")
     offset = index(offset)

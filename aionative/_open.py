@@ -56,8 +56,10 @@ def _capture(path: Any, flags: int) -> int:
 
 def validate(file: Any, mode: str, buffering: int, encoding: str | None, errors: str | None,
              newline: str | None, closefd: bool) -> int:
-    """Apply ``open()``'s argument checks (raising what it raises) and return its flags."""
-    by_fd = _is_fd(file)
+    """Apply ``open()``'s argument checks (raising what it raises) and return its flags. A
+    descriptor is replaced by a path the opener catches; a negative one is not, so that its
+    error comes where FileIO raises it (before FileIO's own mode checks)."""
+    by_fd = _is_fd(file) and file >= 0
     try:
         builtins.open("aionative-probe" if by_fd else file, mode, buffering, encoding, errors,  # noqa: SIM115
                 newline, True if by_fd else closefd, _capture)
@@ -154,7 +156,8 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
                     loop: asyncio.AbstractEventLoop | None = None,
                     executor: Executor | None = None, direct: bool = False) -> AsyncBase[Any]:
     if not isinstance(mode, str):
-        raise TypeError(f"open() argument 'mode' must be str, not {type(mode).__name__}")
+        raise TypeError("open() argument 'mode' must be str, not "  # (CPython's words)
+                        f"{'None' if mode is None else type(mode).__name__}")
     flags = _flags(file, mode, buffering, encoding, errors, newline, closefd)
     if direct:
         # O_DIRECT, with append emulated: the kernel would append at an unaligned end. Writes

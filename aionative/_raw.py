@@ -120,6 +120,39 @@ def off_t(x: Any) -> int:
     raise OverflowError("Python int too large to convert to C long")
 
 
+def ssize_t(x: Any) -> int:
+    """A size argument as ``os.pread`` converts it: ``__index__``, a ``Py_ssize_t``."""
+    n = index(x)
+    if -(1 << 63) <= n < 1 << 63:
+        return n
+    raise OverflowError("Python int too large to convert to C ssize_t")
+
+
+def optional_size(x: Any) -> int:
+    """``FileIO.read``'s size as CPython converts it (``_Py_convert_optional_to_ssize_t``):
+    None is -1; what has no ``__index__`` and an int past ``Py_ssize_t`` raise its words."""
+    if x is None:
+        return -1
+    if not hasattr(type(x), "__index__"):
+        raise TypeError(f"argument should be integer or None, not '{type(x).__name__}'")
+    n = index(x)
+    if -(1 << 63) <= n < 1 << 63:
+        return n
+    raise OverflowError("cannot fit 'int' into an index-sized integer")
+
+
+def bytes_like(b: Any) -> memoryview:
+    """``memoryview(b)``, and what is no buffer raises the TypeError ``os.pwrite`` and
+    ``FileIO.write`` raise (``PyObject_GetBuffer``'s, without memoryview's name in front)."""
+    try:
+        return memoryview(b)
+    except TypeError as exc:
+        if str(exc).startswith("memoryview: a bytes-like object is required"):
+            raise TypeError("a bytes-like object is required, not "
+                            f"'{type(b).__name__}'") from None
+        raise
+
+
 def c_int(x: Any) -> int:
     """A C ``int`` argument (``whence``): ``__index__``, OverflowError outside 32 bits."""
     n = index(x)
@@ -356,10 +389,15 @@ class WindowRaw(io.RawIOBase):
     # write and seek (truncate converts after).
 
     def readinto(self, b: Any) -> int | None:
-        with memoryview(b) as mv, mv.cast("B") as out:  # cast: TypeError if not contiguous
+        try:  # FileIO's "w*": whatever is not a writable contiguous buffer, one TypeError
+            mv = memoryview(b)
             if mv.readonly:
-                raise TypeError("readinto() argument must be read-write bytes-like object, "
-                                f"not {type(b).__name__}")
+                raise TypeError
+            out = mv.cast("B")
+        except Exception:  # noqa: BLE001 - as CPython clears the exporter's error
+            raise TypeError("readinto() argument must be read-write bytes-like object, "
+                            f"not {type(b).__name__}") from None
+        with mv, out:
             self._check("r")
             want = len(out)
             if want == 0:
@@ -432,7 +470,7 @@ class WindowRaw(io.RawIOBase):
         if type(size) is int and -(1 << 63) <= size < 1 << 63:
             n = size
         else:
-            n = -1 if size is None else off_t(size)
+            n = optional_size(size)
         self._check("r")
         if n < 0:
             return self.readall()
@@ -472,7 +510,7 @@ class WindowRaw(io.RawIOBase):
         if t is bytes:
             data = b
         else:
-            view = b if t is memoryview else memoryview(b)
+            view = b if t is memoryview else bytes_like(b)
             if not view.c_contiguous:
                 raise BufferError("memoryview: underlying buffer is not C-contiguous")
             data = view.tobytes()

@@ -21,7 +21,7 @@ from operator import index
 from typing import Any, TypeVar
 
 from ._compat import KERNEL_RW_MAX
-from ._raw import check_read_alloc, off_t
+from ._raw import bytes_like, check_read_alloc, off_t, ssize_t
 
 T = TypeVar("T")
 
@@ -37,13 +37,6 @@ def _fd_slow(fd: Any) -> int:
         raise OverflowError("Python int too large to convert to C int")
     return n
 
-
-def _size_slow(size: Any) -> int:
-    """A read's size as ``os.pread`` converts it: ``__index__``, a ``Py_ssize_t``."""
-    n = index(size)
-    if not -(1 << 63) <= n < 1 << 63:
-        raise OverflowError("Python int too large to convert to C ssize_t")
-    return n
 
 
 def _offset_slow(offset: Any) -> int:
@@ -67,7 +60,7 @@ def _read_args(fd: Any, size: Any, offset: Any) -> tuple[int, int, int]:
     the allocation of the whole result, which ``os.pread`` and the native engine make before
     reading (MemoryError for a size no file could fill, however little the file holds)."""
     f = _fd_slow(fd)
-    n = _size_slow(size)
+    n = ssize_t(size)
     o = _offset_slow(offset)
     if n < 0:
         raise _einval()
@@ -89,15 +82,10 @@ def _read_args_fast(fd: Any, size: Any, offset: Any) -> tuple[int, int, int]:
 def _view(buffer: Any, writable: bool) -> memoryview:
     """The buffer a native operation would take (PyBUF_SIMPLE / PyBUF_WRITABLE): contiguous,
     writable for reads (BufferError otherwise, TypeError for what is no buffer)."""
-    try:
-        view = memoryview(buffer)
-    except TypeError as exc:  # as os.pwrite words it (memoryview's has its name in front)
-        if str(exc).startswith("memoryview: a bytes-like object is required"):
-            raise TypeError("a bytes-like object is required, not "
-                            f"'{type(buffer).__name__}'") from None
-        raise
+    view = bytes_like(buffer)
     if writable and view.readonly:
-        raise BufferError("Object is not writable.")
+        raise BufferError("memoryview: underlying buffer is not writable"  # (a memoryview's
+                          if isinstance(buffer, memoryview) else "Object is not writable.")
     if not view.c_contiguous:
         raise BufferError("memoryview: underlying buffer is not C-contiguous")
     return view.cast("B")

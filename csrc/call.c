@@ -531,7 +531,7 @@ static PyObject *call_new(int kind, PyObject *const *args, Py_ssize_t n, PyObjec
         return NULL;
     }
     if (n != 3) {
-        PyErr_Format(PyExc_TypeError, "%s() takes exactly 3 arguments (%zd given)",
+        PyErr_Format(PyExc_TypeError, "%s expected 3 arguments, got %zd",  /* as os.pread's */
                      call_names[kind], n);
         return NULL;
     }
