@@ -128,17 +128,30 @@ def ssize_t(x: Any) -> int:
     raise OverflowError("Python int too large to convert to C ssize_t")
 
 
+_HEAPTYPE, _IMMUTABLETYPE = 1 << 9, 1 << 8  # Py_TPFLAGS_*
+
+
+def type_name(x: Any) -> str:
+    """The name CPython's messages give ``x``'s type (``Py_TYPE(x)->tp_name``): a class defined
+    in Python by its name, a C type by its dotted name (``collections.deque``) unless it is a
+    builtin."""
+    t = type(x)
+    if t.__flags__ & _HEAPTYPE and not t.__flags__ & _IMMUTABLETYPE or t.__module__ == "builtins":
+        return t.__name__
+    return f"{t.__module__}.{t.__name__}"
+
+
 def optional_size(x: Any) -> int:
     """``FileIO.read``'s size as CPython converts it (``_Py_convert_optional_to_ssize_t``):
     None is -1; what has no ``__index__`` and an int past ``Py_ssize_t`` raise its words."""
     if x is None:
         return -1
     if not hasattr(type(x), "__index__"):
-        raise TypeError(f"argument should be integer or None, not '{type(x).__name__}'")
+        raise TypeError(f"argument should be integer or None, not '{type_name(x)}'")
     n = index(x)
     if -(1 << 63) <= n < 1 << 63:
         return n
-    raise OverflowError("cannot fit 'int' into an index-sized integer")
+    raise OverflowError(f"cannot fit '{type_name(x)}' into an index-sized integer")
 
 
 def bytes_like(b: Any) -> memoryview:
@@ -149,8 +162,13 @@ def bytes_like(b: Any) -> memoryview:
     except TypeError as exc:
         if str(exc).startswith("memoryview: a bytes-like object is required"):
             raise TypeError("a bytes-like object is required, not "
-                            f"'{type(b).__name__}'") from None
+                            f"'{type_name(b)}'") from None
         raise
+
+
+def _not_writable(b: Any) -> TypeError:
+    return TypeError("readinto() argument must be read-write bytes-like object, not "
+                     f"{'None' if b is None else type_name(b)}")
 
 
 def c_int(x: Any) -> int:
@@ -389,14 +407,19 @@ class WindowRaw(io.RawIOBase):
     # write and seek (truncate converts after).
 
     def readinto(self, b: Any) -> int | None:
-        try:  # FileIO's "w*": whatever is not a writable contiguous buffer, one TypeError
+        # FileIO's "w*": whatever is not a writable contiguous buffer is one TypeError (CPython
+        # clears the exporter's error)
+        try:
             mv = memoryview(b)
+        except Exception:  # noqa: BLE001
+            raise _not_writable(b) from None
+        try:
             if mv.readonly:
-                raise TypeError
+                raise _not_writable(b)
             out = mv.cast("B")
-        except Exception:  # noqa: BLE001 - as CPython clears the exporter's error
-            raise TypeError("readinto() argument must be read-write bytes-like object, "
-                            f"not {type(b).__name__}") from None
+        except Exception:  # noqa: BLE001
+            mv.release()  # not exported while the exception lives
+            raise _not_writable(b) from None
         with mv, out:
             self._check("r")
             want = len(out)

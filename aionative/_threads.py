@@ -439,8 +439,11 @@ class ThreadsEngine:
         try:
             if self._closed:  # close_engine() while it waited
                 _, res = _on_the_loops_engine(method, args)
-                if asyncio.iscoroutine(res):  # a threads engine's large read, after its turn
-                    res = asyncio.ensure_future(res)
+                if asyncio.iscoroutine(res):  # a threads engine's large read, after its turn:
+                    task = asyncio.ensure_future(res)  # a task, which its caller's
+                    fut.add_done_callback(  # cancellation cancels (it holds nothing)
+                        lambda f: task.cancel() if f.cancelled() else None)
+                    res = task
             else:
                 res = getattr(self, method)(*args)
         except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting task
@@ -451,7 +454,9 @@ class ThreadsEngine:
             return
 
         def relay(done: asyncio.Future[Any]) -> None:
-            if fut.done():
+            if fut.done():  # its caller is gone: nobody will look at the outcome
+                if not done.cancelled():
+                    done.exception()  # (retrieved: no "exception was never retrieved")
                 return
             if done.cancelled():
                 fut.cancel()

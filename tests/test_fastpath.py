@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import gc
 import mmap
 import os
 import threading
@@ -572,6 +573,56 @@ async def test_threads_backend_a_large_read_refused_is_retried_by_its_caller(
         aionative.set_default_backend(None)
         os.close(fd)
         os.close(spender)
+
+
+@pytest.mark.asyncio
+async def test_threads_backend_reads_moved_to_a_new_engine_and_then_abandoned(
+        tmp_path: Path) -> None:
+    """Reads waiting in the threads engine's queue when close_engine() closes it move to the
+    loop's new engine; that one's budget is spent by the first, so a large read becomes a
+    task (a retry after its turn) and a small one waits in the new queue. Their callers give
+    up: the task is cancelled (it read on for nobody before), and the small read, which then
+    fails (its descriptor closed), has its exception retrieved: asyncio logged "Future
+    exception was never retrieved" (a review's find)."""
+    aionative.set_default_backend("threads")
+    fd, data = hot_file(tmp_path / "f", 1 << 20)
+    fd2 = os.dup(fd)
+    loop = asyncio.get_running_loop()
+    logged: list[str] = []
+    loop.set_exception_handler(lambda _, ctx: logged.append(str(ctx.get("message"))))
+    aionative.set_inline_budget(1)
+    try:
+        eng = aionative.get_engine()
+        while eng.read_inline(fd, 4096, 0) is not False:  # spend the budget
+            pass
+        first = eng.read(fd, 4096, 0)
+        large = eng.read(fd, 1 << 17, 0)
+        small = eng.read(fd2, 4096, 0)
+        assert all(isinstance(f, asyncio.Future) for f in (first, large, small))
+        before = asyncio.all_tasks()
+        aionative.close_engine()
+        await asyncio.sleep(0)  # the old queue's drain moved them
+        new = aionative.get_engine()
+        assert new is not eng and isinstance(new, ThreadsEngine)
+        assert first.result() == data[:4096]
+        moved = [t for t in asyncio.all_tasks() - before if t is not asyncio.current_task()]
+        assert len(moved) == 1 and new._deferred  # the large read's task; the small one queued
+        large.cancel()
+        small.cancel()
+        os.close(fd2)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert moved[0].cancelled()
+        assert not new._deferred
+        del first, large, small, moved
+        gc.collect()
+        await asyncio.sleep(0)
+        assert logged == []
+    finally:
+        loop.set_exception_handler(None)
+        aionative.set_inline_budget(None)
+        aionative.set_default_backend(None)
+        os.close(fd)
 
 
 @pytest.mark.asyncio

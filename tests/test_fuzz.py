@@ -43,6 +43,7 @@ last 40 calls, which is usually enough to write a reproducer.
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import inspect
 import io
@@ -70,6 +71,7 @@ import aionative
 from aionative._files import AsyncBase
 
 from ._fuzz_values import (
+    Idx,
     V,
     bin_data,
     ints,
@@ -1595,6 +1597,11 @@ async def test_fixed_messages_word_for_word(backend: str, tmp_path: Path) -> Non
         ("r+b", "readinto", (b"ab",)), ("r+b", "readinto", (memoryview(b"ab"),)),
         ("r+b", "readinto", (memoryview(bytearray(8))[::2],)),
         ("wb", "write", (memoryview(bytearray(8))[::2],)),
+        # (a review's finds: None, an int subclass, a C type's dotted name)
+        ("r+b", "readinto", (None,)), ("rb", "read", (_IntSub(2**70),)),
+        ("rb", "read", (Idx(2**70),)), ("wb", "write", (collections.deque(),)),
+        ("rb", "read", (collections.deque(),)), ("r+b", "readinto", (collections.deque(),)),
+        ("wb", "write", (None,)),
     ]
     for mode, name, args in calls:
         with open(p, mode, buffering=0) as f:  # noqa: ASYNC230 - the reference
@@ -1610,6 +1617,10 @@ async def test_fixed_messages_word_for_word(backend: str, tmp_path: Path) -> Non
         finally:
             os.close(fd)
         assert await async_outcome(lambda: af.pread(2**70, 0)) == want
-    for args in ((p, None), (-1, ""), (-1, "r")):
+    for args in ((p, None), (p, collections.deque()), (-1, ""), (-1, "r")):
         want = sync_outcome(lambda args=args: open(*args))  # noqa: SIM115 - it raises
         assert await async_outcome(lambda args=args: aionative.open(*args)) == want, args
+
+
+class _IntSub(int):
+    pass
