@@ -37,8 +37,8 @@ async def _pread(fd: int, size: int, offset: int) -> bytes:
 
     Reads larger than the kernel's per-call limit are split; a short result means end of file.
     A read the page cache can serve completes inline, within the loop's cooperative budget;
-    one of ``TURN_MIN`` (``_threads.TURN_MIN``) bytes or more that finds the budget spent waits a turn of the loop and
-    is retried inline rather than queued.
+    one of ``TURN_MIN`` (``_threads.TURN_MIN``) bytes or more that finds the budget spent waits
+    a turn of the loop and is retried inline rather than queued.
     """
     # The Python path is the threads engine's (which queues its refused reads itself); the
     # native engines' inline reads and large reads' turns are _core.Call's.

@@ -34,7 +34,7 @@ from ._files import (
     AsyncFileIO,
     AsyncTextIOWrapper,
 )
-from ._raw import REGULAR, STREAM, WindowRaw, type_name
+from ._raw import REGULAR, STREAM, WindowRaw, arg_type_name
 from ._threads import ThreadsEngine
 
 F = TypeVar("F", bound=AsyncBase[Any])
@@ -156,8 +156,7 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
                     loop: asyncio.AbstractEventLoop | None = None,
                     executor: Executor | None = None, direct: bool = False) -> AsyncBase[Any]:
     if not isinstance(mode, str):
-        raise TypeError("open() argument 'mode' must be str, not "  # (CPython's words)
-                        f"{'None' if mode is None else type_name(mode)}")
+        raise TypeError(f"open() argument 'mode' must be str, not {arg_type_name(mode)}")
     flags = _flags(file, mode, buffering, encoding, errors, newline, closefd)
     if direct:
         # O_DIRECT, with append emulated: the kernel would append at an unaligned end. Writes

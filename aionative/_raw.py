@@ -136,9 +136,15 @@ def type_name(x: Any) -> str:
     in Python by its name, a C type by its dotted name (``collections.deque``) unless it is a
     builtin."""
     t = type(x)
-    if t.__flags__ & _HEAPTYPE and not t.__flags__ & _IMMUTABLETYPE or t.__module__ == "builtins":
+    if (t.__flags__ & _HEAPTYPE and not t.__flags__ & _IMMUTABLETYPE) or t.__module__ == "builtins":
         return t.__name__
     return f"{t.__module__}.{t.__name__}"
+
+
+def arg_type_name(x: Any) -> str:
+    """How CPython's argument errors name ``x`` ("... must be str, not None"): ``type_name``,
+    but ``None`` for None."""
+    return "None" if x is None else type_name(x)
 
 
 def optional_size(x: Any) -> int:
@@ -168,7 +174,7 @@ def bytes_like(b: Any) -> memoryview:
 
 def _not_writable(b: Any) -> TypeError:
     return TypeError("readinto() argument must be read-write bytes-like object, not "
-                     f"{'None' if b is None else type_name(b)}")
+                     f"{arg_type_name(b)}")
 
 
 def c_int(x: Any) -> int:

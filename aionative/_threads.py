@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import functools
 import os
 import time
 import types
@@ -21,22 +22,13 @@ from operator import index
 from typing import Any, TypeVar
 
 from ._compat import KERNEL_RW_MAX
-from ._raw import bytes_like, check_read_alloc, off_t, ssize_t
+from ._raw import bytes_like, c_int, check_read_alloc, off_t, ssize_t
 
 T = TypeVar("T")
 
 
 def _einval() -> OSError:
     return OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-
-
-def _fd_slow(fd: Any) -> int:
-    """The native engine's descriptor conversion: ``__index__``, a C int (os.pread's error)."""
-    n = index(fd)
-    if not -(1 << 31) <= n < 1 << 31:
-        raise OverflowError("Python int too large to convert to C int")
-    return n
-
 
 
 def _offset_slow(offset: Any) -> int:
@@ -52,14 +44,14 @@ def _offset_slow(offset: Any) -> int:
 # costs); arguments out of range go through these, which raise what the native engine raises.
 
 def _fd_offset(fd: Any, offset: Any) -> tuple[int, int]:
-    return _fd_slow(fd), _offset_slow(offset)
+    return c_int(fd), _offset_slow(offset)  # (os.pread's descriptor: a C int)
 
 
 def _read_args(fd: Any, size: Any, offset: Any) -> tuple[int, int, int]:
     """pread's arguments, converted in the native engine's order; then the size's sign, and
     the allocation of the whole result, which ``os.pread`` and the native engine make before
     reading (MemoryError for a size no file could fill, however little the file holds)."""
-    f = _fd_slow(fd)
+    f = c_int(fd)
     n = ssize_t(size)
     o = _offset_slow(offset)
     if n < 0:
@@ -82,7 +74,11 @@ def _read_args_fast(fd: Any, size: Any, offset: Any) -> tuple[int, int, int]:
 def _view(buffer: Any, writable: bool) -> memoryview:
     """The buffer a native operation would take (PyBUF_SIMPLE / PyBUF_WRITABLE): contiguous,
     writable for reads (BufferError otherwise, TypeError for what is no buffer)."""
-    view = bytes_like(buffer)
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        bytes_like(buffer)  # raises it in os.pwrite's words
+        raise
     if writable and view.readonly:
         raise BufferError("memoryview: underlying buffer is not writable"  # (a memoryview's
                           if isinstance(buffer, memoryview) else "Object is not writable.")
@@ -159,15 +155,14 @@ RETRY_GRACE = 4  # as csrc/inline.c's: a retry is admitted while the iteration i
                  # many budgets
 
 
-def _on_the_loops_engine(method: str, args: tuple[Any, ...]) -> tuple[Any, Any]:
-    """A read that waited a turn found its engine closed (``close_engine()``: "the next
-    operation makes a new one"): the loop's engine now, and what its ``read`` or ``readinto``
-    of ``args`` (without a retry flag) returned. The native engines' calls move the same way
-    (csrc/call.c, ``call_after_turn``; ``_kernelops._Deferred``)."""
-    from ._engine import get_engine  # (it imports this module)
-
-    eng = get_engine()
-    return eng, getattr(eng, method)(*args[:3])
+def _abandon(eng: Any, op: asyncio.Future[Any], fut: asyncio.Future[Any]) -> None:
+    """``fut``'s caller gave up: so does ``op``, the operation ``eng`` (the loop's new engine)
+    does for it (a task holds nothing; the engine keeps a buffer until its kernel is done)."""
+    if fut.cancelled() and not op.done():
+        if isinstance(op, asyncio.Task):
+            op.cancel()
+        else:
+            eng.cancel(op)
 
 
 @types.coroutine
@@ -333,21 +328,18 @@ class ThreadsEngine:
         go) a 1 MiB result is still held by the future while the woken task's next read
         allocates another, and glibc gave the heap's top back and took it again between reads:
         368 page faults a read, at 0.14x the speed of os.pread (`python -m bench.inproc w3-seq
-        --backend threads`; docs/benchmarks.md, "Session 19"). It joins the queue instead if reads wait there (first come, first served: the
-        queue is drained only while the budget lasts, which retries admitted within the grace
-        ahead of it would spend every turn), or if refused even within the grace. Closed during
-        the turn, the engine hands it to the loop's new one."""
+        --backend threads`; docs/benchmarks.md, "Session 19"). It joins the queue instead if
+        reads wait there (first come, first served: the queue is drained only while the budget
+        lasts, which retries admitted within the grace ahead of it would spend every turn), or
+        if refused even within the grace. Closed during the turn, the engine hands it to the
+        loop's new one."""
         await one_turn()
-        if self._closed:  # close_engine() during the turn: the loop's new engine reads it
-            eng, got = _on_the_loops_engine("read", (fd, size, offset))
-            if isinstance(got, bytes):
-                return got
-            try:
-                moved: bytes = await got
-                return moved
-            except asyncio.CancelledError:
-                eng.cancel(got)
-                raise
+        if self._closed:  # close_engine() during the turn: as a queued read, it moves (_retry)
+            loop = self._loop_ref()
+            assert loop is not None  # (its task runs on it)
+            fut: asyncio.Future[bytes] = loop.create_future()
+            self._retry(fut, "read", (fd, size, offset))
+            return await fut
         self._stats["inline_retries"] += 1
         if self._deferred:
             queued: bytes = await self._next_turn("read", fd, size, offset, True)
@@ -437,13 +429,18 @@ class ThreadsEngine:
         if fut.done():  # cancelled meanwhile
             return
         try:
-            if self._closed:  # close_engine() while it waited
-                _, res = _on_the_loops_engine(method, args)
-                if asyncio.iscoroutine(res):  # a threads engine's large read, after its turn:
-                    task = asyncio.ensure_future(res)  # a task, which its caller's
-                    fut.add_done_callback(  # cancellation cancels (it holds nothing)
-                        lambda f: task.cancel() if f.cancelled() else None)
-                    res = task
+            if self._closed:
+                # close_engine() while it waited ("the next operation makes a new one"): the
+                # loop's engine reads it, without a retry flag, as the native engines' calls
+                # move (csrc/call.c, call_after_turn; _kernelops._Deferred).
+                from ._engine import get_engine  # (it imports this module)
+
+                eng = get_engine()
+                res = getattr(eng, method)(*args[:3])
+                if asyncio.iscoroutine(res):  # a threads engine's large read, after its turn
+                    res = asyncio.ensure_future(res)
+                if isinstance(res, asyncio.Future):
+                    fut.add_done_callback(functools.partial(_abandon, eng, res))
             else:
                 res = getattr(self, method)(*args)
         except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting task
