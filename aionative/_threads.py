@@ -190,6 +190,9 @@ class ThreadsEngine:
         self._budget_ns = int(DEFAULT_BUDGET_US * 1000) if _NOWAIT is not None else 0
         self._window_start = 0
         self._spent = False
+        # Whether each descriptor read inline this iteration may be (not O_DIRECT): asked once
+        # an iteration, as the native engine's fd_memo (csrc/inline.c) does.
+        self._buffered: dict[int, bool] = {}
         # Reads a spent budget refused, oldest first, and whether a turn to retry them is queued.
         self._deferred: deque[tuple[asyncio.Future[Any], str, tuple[Any, ...]]]
         self._deferred = deque()
@@ -209,6 +212,7 @@ class ThreadsEngine:
     def _reopen(self) -> None:
         self._window_start = 0
         self._spent = False
+        self._buffered.clear()
 
     def _inline_allowed(self, fd: int, retry: bool = False) -> bool:
         """The same cooperative budget as the native engine (see its ``read``); a ``retry``
@@ -229,10 +233,14 @@ class ThreadsEngine:
                 self._stats["budget_exhausted"] += 1
             if not retry or now - self._window_start >= RETRY_GRACE * self._budget_ns:
                 return False
-        try:
-            return not fcntl.fcntl(fd, fcntl.F_GETFL) & _O_DIRECT
-        except (OSError, ValueError):  # a bad descriptor: the worker reports it as before
-            return False
+        buffered = self._buffered.get(fd)
+        if buffered is None:
+            try:
+                buffered = not fcntl.fcntl(fd, fcntl.F_GETFL) & _O_DIRECT
+            except (OSError, ValueError):  # a bad descriptor: the worker reports it as before
+                return False
+            self._buffered[fd] = buffered
+        return buffered
 
     def _inline_bytes(self, fd: int, size: int, offset: int) -> bytes | None:
         """Up to ``size`` bytes at ``offset`` from the page cache (see _inline_into), or None

@@ -497,6 +497,8 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
         res = f;
     else if (res > 1 && (op->kind <= OP_WRITE) && fault_hit(FP_SHORT))
         res /= 2;
+    if (res >= 0 && op->kind == OP_OPENAT)
+        inline_forget_fd(e, (int)res);
     if (op->abandoned || e->closed == 1) {
         if (res >= 0 && op->kind == OP_OPENAT) {
             op->done = (uint64_t)res;
@@ -1064,6 +1066,7 @@ static PyObject *Engine_close_fd(engine_t *e, PyObject *arg)
     if (!op)
         return NULL;
     op->fd = fd;
+    inline_forget_fd(e, fd);
     return engine_start(e, idx);
 }
 
@@ -1309,9 +1312,7 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
     uint64_t sent = e->st.submitted;
     e->busy++;
     e->st.wakeups++;
-    e->window_start = 0;  /* the loop has polled: a new inline budget */
-    e->budget_spent = 0;
-    e->retry_follow = 0;
+    inline_new_iteration(e);  /* the loop has polled */
     if (e->ops->pending) {
         /* io_uring: running completion work posts completions, which signals the eventfd
          * again (DEFER_TASKRUN: once for the work, once for its completions). Cleared after
@@ -1333,10 +1334,8 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
 static PyObject *Engine_flush(engine_t *e, PyObject *unused)
 {
     e->flush_scheduled = 0;
-    /* Scheduled on the previous iteration: the loop has polled since. A new inline budget. */
-    e->window_start = 0;
-    e->budget_spent = 0;
-    e->retry_follow = 0;
+    /* Scheduled on the previous iteration: the loop has polled since. */
+    inline_new_iteration(e);
     e->slice_used = 0;
     int ok = engine_callback_ok(e);
     if (ok <= 0)
@@ -1563,7 +1562,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     e->fork_gen = engine_fork_generation;
     e->budget_ns = DEFAULT_BUDGET_NS;
     e->release_n = 8;
-    e->eligible_fd = -1;
+    e->memo_gen = 1;  /* fd_memo's zeroed entries are of generation 0: stale */
     e->owner_thread = PyThread_get_thread_ident();
     e->loop_ref = PyWeakref_NewRef(loop, NULL);
     if (!e->loop_ref)

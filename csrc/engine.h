@@ -164,6 +164,17 @@ typedef struct parked {
     PyObject *fut, *res;      /* owned */
 } parked_t;
 
+/* What the inline path learned about one descriptor number in one loop iteration: whether
+ * its reads may go inline (not O_DIRECT), whether its writes may (write_eligible). Each costs
+ * system calls (fcntl, statx) that would otherwise be paid again on every read and write. */
+typedef struct fd_memo {
+    int fd;
+    unsigned what;            /* MEMO_* bits */
+    uint64_t gen;             /* the engine's memo_gen when learned; stale once it moves on */
+} fd_memo_t;
+
+#define FD_MEMO_SIZE 64       /* a power of two: indexed by the descriptor's low bits */
+
 struct engine;
 
 #define REAP_WAIT 1
@@ -277,7 +288,10 @@ typedef struct engine {
     int spent_since_release;  /* a budget ran out since the last engine_release */
     uint64_t write_calm_at;   /* after a write stall: writes go to the kernel queue until
                                * this time (CLOCK_MONOTONIC ns); 0: no stall */
-    int eligible_fd;          /* the last descriptor write_eligible passed (-1: none) */
+    /* What the inline path found out about descriptors (fd_memo in inline.c): valid for one
+     * loop iteration (memo_gen), forgotten when the engine opens or closes the number. */
+    fd_memo_t fd_memo[FD_MEMO_SIZE];
+    uint64_t memo_gen;
     uint64_t sleeps_window;   /* the window_start whose sleeps_at_start is known */
     long sleeps_at_start;     /* the loop thread's voluntary context switches then */
     uint64_t local_mnt;       /* the unique id (statx STATX_MNT_ID_UNIQUE) of the mount an
@@ -370,6 +384,10 @@ int inline_clear_nonblock(engine_t *e, int fd);
  * closed, 0 not (use the queue), -1 error (the descriptor is closed all the same, as close(2)
  * leaves it). */
 int inline_close(engine_t *e, int fd, int rdonly_regular);
+/* The engine opened or closed descriptor `fd`: what fd_memo knew about the number is void. */
+void inline_forget_fd(engine_t *e, int fd);
+/* The loop has polled: a new iteration, whose inline budget and fd_memo start afresh. */
+void inline_new_iteration(engine_t *e);
 /* A read of `size` bytes at `off` on a descriptor opened here without O_DIRECT, inline or not
  * at all: bytes (all cached), False (the budget is spent), None (use the kernel queue).
  * `eof`: the file's size as fstat(2) gave it (see inline_read). */

@@ -166,18 +166,139 @@ async def test_a_partly_cached_read_finishes_through_the_queue(backend: str,
         os.close(fd)
 
 
+def _o_direct(path: Path) -> int:
+    """``path`` opened with O_DIRECT, its data written back first: a direct read with
+    RWF_NOWAIT says EAGAIN while a dirty page is in its range, and would then go to the queue
+    even if tried inline (these tests must see it not tried)."""
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError as exc:
+        pytest.skip(f"O_DIRECT refused here: {exc}")
+
+
 @pytest.mark.asyncio
 async def test_an_o_direct_descriptor_never_reads_inline(backend: str, tmp_path: Path) -> None:
     """RWF_NOWAIT keeps a buffered read off the disk, but a direct read still waits for it."""
     fd, data = hot_file(tmp_path / "f")
     os.close(fd)
-    try:
-        fd = os.open(tmp_path / "f", os.O_RDONLY | os.O_DIRECT)
-    except OSError as exc:
-        pytest.skip(f"O_DIRECT refused here: {exc}")
+    fd = _o_direct(tmp_path / "f")
     buf = mmap.mmap(-1, 8192)
     try:
         eng = aionative.get_engine()
+        before = eng.stats()
+        res = eng.readinto(fd, buf, 4096)
+        assert not isinstance(res, int)
+        assert await res == 8192 and buf[:] == data[4096:12288]
+        assert delta(before, "inline_hits") == 0
+    finally:
+        buf.close()
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_a_descriptor_is_asked_for_its_flags_once_an_iteration(
+        native_backend: str, wide_budget: None, tmp_path: Path) -> None:
+    """Whether a read may go inline (not O_DIRECT: fcntl F_GETFL) is learned once a loop
+    iteration: the second read of one iteration is its preadv2 alone."""
+    fd, data = hot_file(tmp_path / "f")
+    eng = _core_engine()
+    try:
+        counts = []
+        for i in range(3):
+            if i == 2:
+                await asyncio.sleep(0)  # a new iteration: asked again
+            before = eng.stats()["syscalls"]
+            assert eng.read(fd, 4096, 4096 * i) == data[4096 * i:4096 * (i + 1)]
+            counts.append(eng.stats()["syscalls"] - before)
+        assert counts == [2, 1, 2]  # fcntl and preadv2; preadv2; fcntl and preadv2
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_threads_backend_asks_for_flags_once_an_iteration(
+        wide_budget: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The threads engine keeps what fcntl said of a descriptor for the iteration too."""
+    import aionative._threads as threads_mod
+
+    asked: list[int] = []
+
+    class Counting:
+        F_GETFL = fcntl.F_GETFL
+
+        @staticmethod
+        def fcntl(fd: int, cmd: int) -> int:
+            asked.append(fd)
+            return fcntl.fcntl(fd, cmd)
+
+    monkeypatch.setattr(threads_mod, "fcntl", Counting)
+    aionative.set_default_backend("threads")
+    fd, data = hot_file(tmp_path / "f")
+    try:
+        eng = aionative.get_engine()
+        assert isinstance(eng, ThreadsEngine) and eng.inline_budget_us == 1e6
+        counts = []
+        for i in range(3):
+            if i == 2:
+                await asyncio.sleep(0)  # a new iteration: asked again
+            before = len(asked)
+            assert eng.read(fd, 4096, 4096 * i) == data[4096 * i:4096 * (i + 1)]
+            counts.append(len(asked) - before)
+        assert counts == [1, 0, 1]
+    finally:
+        os.close(fd)
+        aionative.set_default_backend(None)
+
+
+@pytest.mark.asyncio
+async def test_a_number_the_engine_closes_and_opens_again_is_asked_again(
+        native_backend: str, wide_budget: None, tmp_path: Path) -> None:
+    """A buffered descriptor closed by the engine and its number opened again with O_DIRECT
+    by the engine, all in one iteration: the new file's read is not tried inline (a direct
+    read would wait for the device on the loop's thread)."""
+    fd, data = hot_file(tmp_path / "f")
+    os.close(_o_direct(tmp_path / "f"))
+    eng = _core_engine()
+    buf = mmap.mmap(-1, 8192)
+    try:
+        assert eng.read(fd, 4096, 0) == data[:4096]    # learned: buffered
+        assert eng.close_cached(fd) is True
+        again = eng.open_cached(AT_FDCWD, os.fsencode(tmp_path / "f"),
+                                os.O_RDONLY | os.O_DIRECT)
+        assert again == fd   # the lowest free number: the one just closed
+        fd = again
+        before = eng.stats()
+        res = eng.readinto(fd, buf, 4096)
+        assert not isinstance(res, int)
+        assert await res == 8192 and buf[:] == data[4096:12288]
+        assert delta(before, "inline_hits") == 0
+    finally:
+        buf.close()
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["reopened", "fcntl"])
+async def test_a_descriptor_made_direct_outside_the_engine_is_seen_next_iteration(
+        backend: str, wide_budget: None, tmp_path: Path, how: str) -> None:
+    """What the engine does not see — its number closed and opened again with O_DIRECT by
+    os.open, or O_DIRECT set by fcntl — it learns on the loop's next iteration."""
+    fd, data = hot_file(tmp_path / "f")
+    eng = aionative.get_engine()
+    buf = mmap.mmap(-1, 8192)
+    try:
+        assert eng.read(fd, 4096, 0) == data[:4096]    # learned: buffered
+        if how == "reopened":
+            os.close(fd)
+            again = _o_direct(tmp_path / "f")
+            assert again == fd
+        else:
+            os.close(_o_direct(tmp_path / "f"))  # written back; O_DIRECT works here
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)
+        await asyncio.sleep(0)
         before = eng.stats()
         res = eng.readinto(fd, buf, 4096)
         assert not isinstance(res, int)
