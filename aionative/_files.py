@@ -223,6 +223,26 @@ _BOUNDED_CODECS = frozenset({
     "big5", "gbk", "gb2312", "gb18030", "shift_jis", "cp932", "euc_jp", "euc_kr", "cp949"})
 
 
+
+def _seek_refused(text: bool, offset: Any, whence: Any) -> bool:
+    """Whether the builtin's seek() — TextIOWrapper's (``text``) or BufferedWriter's —
+    refuses these arguments before it flushes its buffer: a bad whence, a nonzero relative
+    text seek, a negative text position, an offset that is no integer. The plain cases are
+    answered here; any other is asked of the same builtin over an empty in-memory file (its
+    refusals come before anything that file could make fail)."""
+    if isinstance(offset, int) and type(whence) is int:
+        if text and (whence == os.SEEK_SET and offset >= 0 or whence in (1, 2) and offset == 0):
+            return False
+        if not text and 0 <= whence <= 4 and -1 << 63 <= offset < 1 << 63:  # 3, 4: DATA, HOLE
+            return False
+    probe: Any = io.TextIOWrapper(io.BytesIO(), encoding="utf-8") if text \
+        else io.BufferedWriter(io.BytesIO())
+    try:
+        probe.seek(offset, whence)
+    except Exception:  # noqa: BLE001 - any refusal: the real seek raises its own
+        return True
+    return False
+
 class AsyncBase(Generic[S]):
     """What every async file shares: the call machinery and the members all modes have."""
 
@@ -900,10 +920,12 @@ class AsyncBase(Generic[S]):
         if not self._try_lock():
             await self._lock()
         try:
-            if self._text_layer or not raw.reads_fd:
-                # TextIOWrapper's and BufferedWriter's seek() flush first; BufferedRandom's
-                # may not (a seek inside its read buffer): its own flush, if any, rewinds
-                # relative to the end the append finds (the raw layer's append_delta).
+            if (self._text_layer or not raw.reads_fd) and \
+                    not _seek_refused(self._text_layer, offset, whence):
+                # TextIOWrapper's and BufferedWriter's seek() flush first (once they have
+                # found their arguments good); BufferedRandom's may not (a seek inside its
+                # read buffer): its own flush, if any, rewinds relative to the end the append
+                # finds (the raw layer's append_delta).
                 await self._land_appends()
             if whence == os.SEEK_END and raw.kind != STREAM and not raw.closed:
                 await self._refresh_size()

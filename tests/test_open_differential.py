@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -340,3 +341,39 @@ def test_same_as_builtin_open_through_the_kernel_queue(
     """The same, with the inline fast path off: every read goes through the kernel queue (the
     test above mostly reads hot files, which complete inline)."""
     loop.run_until_complete(run_scenario(tmp_path, sc))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("mode, seek", [
+    ("a+", (1, 1)), ("a+", (2, 2)), ("a", (0, 7)), ("a+", (-1, 0)), ("a", (0, "x")),
+    ("ab", (0, 7)), ("ab", (1.5, 0)), ("ab", ("x", 1)),
+])
+async def test_a_seek_refused_for_its_arguments_flushes_nothing(
+        backend: str, tmp_path: Path, mode: str, seek: tuple[Any, Any]) -> None:
+    """The builtin's text seek() and write-only binary seek() check their arguments before
+    they flush: a refused seek leaves an appending file's buffered write where it was (not
+    landed at the end; in "a+" the next read then finds the logical position the builtin
+    keeps). Found by the test above: aionative landed the write first."""
+    pa, pb = tmp_path / "a", tmp_path / "b"
+    for p in (pa, pb):
+        p.write_bytes(b"abcdefgh" * 8)
+    binary = "b" in mode
+    kw: dict[str, Any] = {} if binary else {"encoding": "latin-1"}
+    data: Any = b"Z" if binary else "Z"
+    sync = open(pa, mode, **kw)  # noqa: SIM115, ASYNC230 - closed below; the reference
+    ours = await aionative.open(pb, mode, **kw)
+    try:
+        steps = [outcome(lambda: sync.seek(0)), await aoutcome(lambda: ours.seek(0))]
+        steps += [outcome(lambda: sync.write(data)), await aoutcome(lambda: ours.write(data))]
+        r1 = outcome(lambda: sync.seek(*seek))
+        r2 = await aoutcome(lambda: ours.seek(*seek))
+        assert r1[0] == "raise" and r1 == r2
+        assert pa.stat().st_size == pb.stat().st_size == 64  # still buffered, both
+        if "+" in mode:
+            assert outcome(lambda: sync.read(3)) == await aoutcome(lambda: ours.read(3))
+            assert outcome(sync.tell) == await aoutcome(ours.tell)
+        assert steps[0] == steps[1] and steps[2] == steps[3]
+    finally:
+        sync.close()
+        await ours.close()
+    assert pa.read_bytes() == pb.read_bytes()
