@@ -226,6 +226,7 @@ async def _wrap(fd: int, name: Any, owned: bool, mode: str, buffering: int,
             if not owned:  # the caller's descriptor: switch it to O_DIRECT (fcntl allows it)
                 fl = fcntl.fcntl(fd, fcntl.F_GETFL)
                 fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_DIRECT)
+                get_engine().forget_fd(fd)  # it may have been read inline as buffered
             assert f._raw is not None
             f._raw.direct = True
         return f

@@ -242,6 +242,10 @@ class ThreadsEngine:
             self._buffered[fd] = buffered
         return buffered
 
+    def forget_fd(self, fd: int) -> None:
+        """The descriptor's flags changed (fcntl F_SETFL): ask them again."""
+        self._buffered.pop(fd, None)
+
     def _inline_bytes(self, fd: int, size: int, offset: int) -> bytes | None:
         """Up to ``size`` bytes at ``offset`` from the page cache (see _inline_into), or None
         when a worker must read them. Read into the engine's scratch buffer, then copied: a

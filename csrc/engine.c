@@ -499,6 +499,8 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
         res /= 2;
     if (res >= 0 && op->kind == OP_OPENAT)
         inline_forget_fd(e, (int)res);
+    else if (op->kind == OP_CLOSE)
+        inline_forget_fd(e, op->fd);  /* again: a read meanwhile may have asked the old file */
     if (op->abandoned || e->closed == 1) {
         if (res >= 0 && op->kind == OP_OPENAT) {
             op->done = (uint64_t)res;
@@ -1106,6 +1108,17 @@ static PyObject *Engine_close_cached(engine_t *e, PyObject *arg)
         return NULL;
     int r = inline_close(e, fd, 0);
     return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+/* forget_fd(fd) -> None: the caller changed what `fd` is (fcntl F_SETFL) behind the engine's
+ * back; what the inline path learned of it this iteration is void (see inline_forget_fd). */
+static PyObject *Engine_forget_fd(engine_t *e, PyObject *arg)
+{
+    int fd;
+    if (parse_fd(arg, &fd) < 0)
+        return NULL;
+    inline_forget_fd(e, fd);
+    Py_RETURN_NONE;
 }
 
 /* fallocate(fd, mode, offset, length) / ftruncate(fd, length) -> Future[None] */
@@ -1760,6 +1773,9 @@ static PyMethodDef Engine_methods[] = {
      "close_cached(fd) -> bool: close(2) inline when it cannot wait (a linked regular file "
      "opened read-only on a local filesystem) and the fast path is on (not bounded by the "
      "budget); False: use close_fd"},
+    {"forget_fd", (PyCFunction)Engine_forget_fd, METH_O,
+     "forget_fd(fd) -> None: the descriptor's flags changed (fcntl F_SETFL): what the inline "
+     "path learned of it this loop iteration is void"},
     {"statx", (PyCFunction)Engine_statx, METH_VARARGS,
      "statx(dirfd, path: bytes, flags, mask, filename) -> Future[tuple]"},
     {"unlinkat", (PyCFunction)Engine_unlinkat, METH_VARARGS,

@@ -76,12 +76,14 @@ int inline_budget_ok(engine_t *e, int retry)
  * sixth of a cached 4 KiB read's cost (1.82 against 1.52 µs at W1 N=64). The kernel has no
  * cheaper way to tell that a number still names the same open file, so what was learned is
  * kept for the rest of the loop iteration (a new one begins when the loop polls), and
- * forgotten at once when the engine opens or closes that number. Only a number closed and
- * opened again outside the engine (os.close, os.open), or its flags changed (fcntl F_SETFL),
+ * forgotten at once when the engine opens or closes that number (or is told: forget_fd, after
+ * open(fd, direct=True) sets O_DIRECT). Only a number closed and opened again outside the
+ * engine (os.close, os.open, os.dup2), or its flags changed by the caller's fcntl(F_SETFL),
  * within one iteration goes unseen until the next; and what that costs is time, never data:
- * a read or write the kernel would have let wait for the device runs on the loop's thread,
- * once, and still returns what the file holds; an error is still reported by the kernel
- * queue, exactly as without the fast path. */
+ * until the iteration's budget is spent, reads and writes on it that the kernel would have let
+ * wait for the device (a direct read, an O_SYNC or remote write) run on the loop's thread, and
+ * still return what the file holds; an error is still reported by the kernel queue, exactly
+ * as without the fast path. */
 enum { MEMO_READ = 1, MEMO_READ_OK = 2, MEMO_WRITE = 4, MEMO_WRITE_OK = 8 };
 
 /* `fd`'s entry, emptied when it held another number or another iteration's facts. */

@@ -254,27 +254,55 @@ async def test_threads_backend_asks_for_flags_once_an_iteration(
 
 
 @pytest.mark.asyncio
-async def test_a_number_the_engine_closes_and_opens_again_is_asked_again(
-        native_backend: str, wide_budget: None, tmp_path: Path) -> None:
-    """A buffered descriptor closed by the engine and its number opened again with O_DIRECT
-    by the engine, all in one iteration: the new file's read is not tried inline (a direct
-    read would wait for the device on the loop's thread)."""
+@pytest.mark.parametrize("side", ["engine_closes", "engine_opens"])
+async def test_a_number_the_engine_closes_or_opens_is_asked_again(
+        native_backend: str, wide_budget: None, tmp_path: Path, side: str) -> None:
+    """A buffered descriptor closed and its number opened again with O_DIRECT, all in one
+    iteration, the engine doing one of the two (inline: close_cached, open_cached): the new
+    file's read is not tried inline (a direct read would wait for the device on the loop's
+    thread)."""
     fd, data = hot_file(tmp_path / "f")
     os.close(_o_direct(tmp_path / "f"))
     eng = _core_engine()
     buf = mmap.mmap(-1, 8192)
     try:
         assert eng.read(fd, 4096, 0) == data[:4096]    # learned: buffered
-        assert eng.close_cached(fd) is True
-        again = eng.open_cached(AT_FDCWD, os.fsencode(tmp_path / "f"),
-                                os.O_RDONLY | os.O_DIRECT)
+        if side == "engine_closes":
+            assert eng.close_cached(fd) is True
+            again = os.open(tmp_path / "f", os.O_RDONLY | os.O_DIRECT)
+        else:
+            os.close(fd)
+            again = eng.open_cached(AT_FDCWD, os.fsencode(tmp_path / "f"),
+                                    os.O_RDONLY | os.O_DIRECT)
         assert again == fd   # the lowest free number: the one just closed
-        fd = again
         before = eng.stats()
         res = eng.readinto(fd, buf, 4096)
         assert not isinstance(res, int)
         assert await res == 8192 and buf[:] == data[4096:12288]
         assert delta(before, "inline_hits") == 0
+    finally:
+        buf.close()
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_a_descriptor_open_direct_switches_is_asked_again(
+        backend: str, wide_budget: None, tmp_path: Path) -> None:
+    """``aionative.open(fd, direct=True)`` sets O_DIRECT on the caller's descriptor: a read of
+    it later in the same iteration is not tried inline."""
+    fd, data = hot_file(tmp_path / "f")
+    os.close(_o_direct(tmp_path / "f"))
+    eng = aionative.get_engine()
+    buf = mmap.mmap(-1, 8192)
+    try:
+        assert eng.read(fd, 4096, 0) == data[:4096]    # learned: buffered
+        f = await aionative.open(fd, "rb", direct=True, closefd=False)
+        before = eng.stats()
+        res = eng.readinto(fd, buf, 4096)
+        assert not isinstance(res, int)
+        assert await res == 8192 and buf[:] == data[4096:12288]
+        assert delta(before, "inline_hits") == 0
+        await f.close()
     finally:
         buf.close()
         os.close(fd)

@@ -70,7 +70,9 @@ async def test_a_write_to_a_local_file_completes_inside_the_call(
     assert eng.write(fd, data, 0) == len(data)        # first of the iteration: the mount,
     before = eng.stats()                               # the thread's sleeps counted
     assert eng.write(fd, memoryview(data)[:100], 20_000) == 100
-    assert delta(before, "syscalls") == 1             # pwrite: fcntl, statx once an iteration
+    # pwrite alone: fcntl and statx were asked once this iteration (3 calls without that; a
+    # preemption after the write may add a getrusage, see inline_write)
+    assert delta(before, "syscalls") < 3
     assert delta(before, "inline_writes") == 1 and delta(before, "submitted") == 0
     assert await aionative.pwrite(fd, b"xyz", 5) == 3
     assert delta(before, "submitted") == 0 and delta(before, "inline_writes") == 2
@@ -80,7 +82,7 @@ async def test_a_write_to_a_local_file_completes_inside_the_call(
         before = eng.stats()
         assert eng.write(fd, b"q", off) == 1
         costs.append(delta(before, "syscalls"))
-    assert costs[0] >= 3 and costs[1] == 1, costs     # fcntl, statx, …, pwrite; pwrite
+    assert costs[0] >= 3 and costs[1] < 3, costs      # fcntl, statx, …, pwrite; pwrite
     expect = data[:5] + b"xyz" + data[8:] + bytes(10_000) + data[:100] + b"qq"
     assert os.pread(fd, 30_200, 0) == expect
 
