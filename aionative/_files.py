@@ -223,15 +223,16 @@ _BOUNDED_CODECS = frozenset({
     "big5", "gbk", "gb2312", "gb18030", "shift_jis", "cp932", "euc_jp", "euc_kr", "cp949"})
 
 
-
 def _seek_refused(text: bool, offset: Any, whence: Any) -> bool:
     """Whether the builtin's seek() — TextIOWrapper's (``text``) or BufferedWriter's —
     refuses these arguments before it flushes its buffer: a bad whence, a nonzero relative
-    text seek, a negative text position, an offset that is no integer. The plain cases are
-    answered here; any other is asked of the same builtin over an empty in-memory file (its
-    refusals come before anything that file could make fail)."""
+    text seek, a negative text position, an offset that is no integer. The good ones are
+    answered here (an empty file would refuse a text cookie the real file takes: one that
+    skips characters past its end); any other is asked of the same builtin over an empty
+    in-memory file, whose seek refuses such arguments as the real one does."""
     if isinstance(offset, int) and type(whence) is int:
-        if text and (whence == os.SEEK_SET and offset >= 0 or whence in (1, 2) and offset == 0):
+        if text and (whence == os.SEEK_SET and offset >= 0
+                     or whence in (os.SEEK_CUR, os.SEEK_END) and offset == 0):
             return False
         if not text and 0 <= whence <= 4 and -1 << 63 <= offset < 1 << 63:  # 3, 4: DATA, HOLE
             return False
@@ -242,6 +243,7 @@ def _seek_refused(text: bool, offset: Any, whence: Any) -> bool:
     except Exception:  # noqa: BLE001 - any refusal: the real seek raises its own
         return True
     return False
+
 
 class AsyncBase(Generic[S]):
     """What every async file shares: the call machinery and the members all modes have."""

@@ -500,7 +500,7 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
     if (res >= 0 && op->kind == OP_OPENAT)
         inline_forget_fd(e, (int)res);
     else if (op->kind == OP_CLOSE)
-        inline_forget_fd(e, op->fd);  /* again: a read meanwhile may have asked the old file */
+        inline_forget_fd(e, op->fd);  /* not at submission: until now the number was the old file */
     if (op->abandoned || e->closed == 1) {
         if (res >= 0 && op->kind == OP_OPENAT) {
             op->done = (uint64_t)res;
@@ -1068,7 +1068,6 @@ static PyObject *Engine_close_fd(engine_t *e, PyObject *arg)
     if (!op)
         return NULL;
     op->fd = fd;
-    inline_forget_fd(e, fd);
     return engine_start(e, idx);
 }
 
