@@ -270,18 +270,28 @@ static void engine_fill(engine_t *e)
 
 static void engine_pump(engine_t *e);
 
+/* Every reap goes through here: it notes which accepted batches it covers. */
+static int engine_reap(engine_t *e, int flags)
+{
+    e->reaped_batches = e->st.batches;
+    return e->ops->reap(e, flags);
+}
+
 /* Operations prepared during a loop iteration reach the kernel in one system call, at the
  * iteration's flush. While the kernel holds operations that did not complete inside their
  * submission (`deep`: a device or a worker has them), that holds a whole iteration's worth
  * of reads back while the device may be idle: a device that answers a batch at once
  * (virtio-blk) then runs in lock step with the loop, its queue empty while the loop handles
  * the batch. So a read that brings the prepared operations to EARLY_SUBMIT sends them at once
- * (W2, O_DIRECT 4 KiB at depth 64: 60k -> 84k reads/s here). Cached reads complete inside the
+ * (W2, O_DIRECT 4 KiB at depth 64: 60k -> 84k reads/s here), and so does a read the kernel
+ * would hold alone: the device has nothing of ours, and a read kept for the flush waits out one
+ * more loop iteration with it idle (W2 at depth 1, every read). Cached reads complete inside the
  * submission: not deep. Writes do not trigger it: buffered ones go to kernel workers, where
  * starting early gains nothing and the extra system calls cost (W5). */
 #define EARLY_SUBMIT 2
 
 static PyObject *engine_leave(engine_t *e);
+static void engine_send_settled(engine_t *e);
 
 static void engine_enqueue(engine_t *e, uint32_t idx)
 {
@@ -291,12 +301,15 @@ static void engine_enqueue(engine_t *e, uint32_t idx)
     }
     uint8_t kind = engine_slot(e, idx)->kind;
     if (e->deep && !e->busy && (kind == OP_READ || kind == OP_READINTO) &&
-            e->ops->unaccepted(e) >= EARLY_SUBMIT) {
-        /* A submission the kernel refuses ends its operation here (op_finish: a future
-         * resolved, a buffer released, a finalizer run), and that Python code may close the
-         * engine: the close waits for engine_leave, as in the loop's callbacks. */
+            (e->ops->unaccepted(e) >= EARLY_SUBMIT || e->in_kernel == 1)) {
+        /* Sent, then settled as at a flush (engine_settle): a piece that completed inside
+         * the submission (a partly cached read) sends its rest while the caller's number is
+         * still its file. A submission the kernel refuses, or a read that completed, ends its
+         * operation here (op_finish: a future resolved, a buffer released, a finalizer run),
+         * and that Python code may close the engine: the close waits for engine_leave, as in
+         * the loop's callbacks. */
         e->busy++;
-        engine_pump(e);
+        engine_send_settled(e);
         PyObject *r = engine_leave(e);
         if (!r)
             PyErr_WriteUnraisable((PyObject *)e);
@@ -1302,18 +1315,35 @@ static int engine_callback_ok(engine_t *e)
  * returns: reap and submit again while the last round prepared anything (`sent`: the
  * submission count before it), a few rounds at most. A piece that goes to a device is
  * reaped later, but Linux AIO's next piece then goes through the engine's own O_DIRECT
- * descriptor, found while the number was still the caller's. Not covered: the later pieces
- * of an operation over KERNEL_RW_MAX, which name the number again after a device's piece, and
- * pieces sent early from inside a call (EARLY_SUBMIT, when deep), answered on a wake-up. */
+ * descriptor, found while the number was still the caller's. A read sent early from inside
+ * its call (EARLY_SUBMIT, when deep) is settled there, before the call returns. Not covered:
+ * the later pieces of an operation over KERNEL_RW_MAX, which name the number again after a
+ * device's piece. */
 #define SETTLE_ROUNDS 8
 
 static void engine_settle(engine_t *e, uint64_t sent)
 {
     for (int round = 0; round < SETTLE_ROUNDS && e->st.submitted != sent; round++) {
         sent = e->st.submitted;
-        e->ops->reap(e, REAP_AFTER_SUBMIT);
+        engine_reap(e, REAP_AFTER_SUBMIT);
         engine_pump(e);
     }
+}
+
+/* Submit what is prepared, reap what completed inside its submission, and settle that: a
+ * flush, and a read sent early from inside its call. When the kernel has accepted nothing
+ * since the last reap began and says nothing is pending, there is nothing a reap could find
+ * that the eventfd will not announce: no reap (a read sent early leaves the iteration's flush
+ * nothing to ask). */
+static void engine_send_settled(engine_t *e)
+{
+    engine_pump(e);
+    if (e->st.batches == e->reaped_batches && !(e->ops->pending && e->ops->pending(e)))
+        return;
+    uint64_t sent = e->st.submitted;
+    engine_reap(e, REAP_AFTER_SUBMIT);
+    engine_pump(e);
+    engine_settle(e, sent);
 }
 
 static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
@@ -1330,13 +1360,13 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
          * again (DEFER_TASKRUN: once for the work, once for its completions). Cleared after
          * the reap, that second signal makes no second wake-up for nothing; a completion
          * that came in between is still pending() (the kernel marks it before signalling). */
-        e->ops->reap(e, 0);
+        engine_reap(e, 0);
         eventfd_clear(e);
         if (e->ops->pending(e))
-            e->ops->reap(e, 0);
+            engine_reap(e, 0);
     } else {
         eventfd_clear(e);  /* Linux AIO: a signal per completion, the ring read by io_getevents */
-        e->ops->reap(e, 0);
+        engine_reap(e, 0);
     }
     engine_pump(e);
     engine_settle(e, sent);
@@ -1359,13 +1389,9 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
         Py_RETURN_NONE;  /* only reopened the budget: nothing to submit or reap */
     }
     e->busy++;
-    engine_pump(e);
     /* Cached buffered reads complete inside the submitting call: reap them now rather than
      * after an eventfd round trip through the loop's selector. */
-    uint64_t sent = e->st.submitted;
-    e->ops->reap(e, REAP_AFTER_SUBMIT);
-    engine_pump(e);
-    engine_settle(e, sent);
+    engine_send_settled(e);
     e->deep = e->in_kernel > 0;
     return engine_leave(e);
 }
@@ -1452,7 +1478,7 @@ static int engine_drain(engine_t *e)
         else if (rc < 0)
             usleep(1000);
         /* Wait only for pieces the kernel accepted: the rest would never complete. */
-        if (e->in_kernel > e->ops->unaccepted(e) && (rc = e->ops->reap(e, REAP_WAIT)) < 0)
+        if (e->in_kernel > e->ops->unaccepted(e) && (rc = engine_reap(e, REAP_WAIT)) < 0)
             return rc;
     }
     return 0;

@@ -244,6 +244,8 @@ typedef struct dcache_ent {
 typedef struct kaio {
     unsigned long ctx;        /* aio_context_t, from the process-wide pool */
     unsigned nr;              /* its size */
+    const void *ring;         /* the completion ring's header at ctx (kaio.c, ring_empty), or
+                               * NULL if it does not look like one */
     void **pending;           /* struct iocb *[nr]: prepared, not yet accepted by io_submit */
     unsigned npending;
     void *iocbs;              /* struct iocb[nr]: one per in-flight slot (slot-indexed lazily) */
@@ -269,6 +271,8 @@ typedef struct engine {
     int flush_scheduled;
     int deep;                 /* the last flush left operations with the kernel (a device or a
                                * worker has them): submit every EARLY_SUBMIT (engine_enqueue) */
+    uint64_t reaped_batches;  /* st.batches when the last reap began: every batch the kernel
+                               * accepted before it has been reaped (engine_send_settled) */
     /* Cooperative budget of the inline fast path: reads that complete inside the call never
      * return to the loop, so they may run for `budget_ns` of wall time per loop iteration.
      * `window_start` is when the first of them ran (0: none since the last iteration began);

@@ -100,6 +100,33 @@ void kaio_pool_drain(void)
 
 static void parked_forget(void);
 
+/* The completion ring the kernel maps into the process at the context's address (fs/aio.c,
+ * struct aio_ring; unchanged since 2.6.x, and libaio's io_getevents makes the same check for
+ * a zero timeout). Only read, to learn whether io_getevents would find anything: a reap after
+ * a submission, or at a flush, mostly finds nothing, and that answer costs no system call.
+ * Events are still taken by io_getevents. The kernel writes an event, then moves `tail`,
+ * then signals the eventfd: a wake-up always finds it. */
+struct aio_ring_header {
+    unsigned id, nr, head, tail, magic, compat_features, incompat_features, header_length;
+};
+
+#define AIO_RING_MAGIC 0xa10a10a1u
+
+static const void *ring_at(unsigned long ctx)
+{
+    const struct aio_ring_header *h = (const struct aio_ring_header *)ctx;
+    return h && h->magic == AIO_RING_MAGIC && h->incompat_features == 0 ? h : NULL;
+}
+
+static int ring_empty(engine_t *e)
+{
+    const struct aio_ring_header *h = e->b.aio.ring;
+    if (!h || e->fork_gen != engine_fork_generation)  /* a child: the ring is the parent's */
+        return 0;
+    return __atomic_load_n(&h->head, __ATOMIC_RELAXED) ==
+           __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE);
+}
+
 void kaio_after_fork_child(void)
 {
     /* The parent's contexts live in the parent's memory map; the child has none of them. */
@@ -117,6 +144,7 @@ int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen)
         return rc;
     e->ops = &kaio_ops;
     a->nr = entries;
+    a->ring = ring_at(a->ctx);
     a->pending = PyMem_Calloc(entries, sizeof(struct iocb *));
     a->iocbs = PyMem_Calloc(entries, sizeof(struct iocb));
     a->events = PyMem_Calloc(entries, sizeof(struct io_event));
@@ -530,6 +558,8 @@ static int k_reap(engine_t *e, int flags)
     for (;;) {
         struct timespec zero = {0, 0};
         long n;
+        if (!wait && ring_empty(e))
+            return 0;
         e->st.syscalls++;
         if (wait) {
             Py_BEGIN_ALLOW_THREADS
@@ -604,6 +634,7 @@ static void k_destroy(engine_t *e)
         else
             g_count.aio_contexts--;  /* the parent's: it lives on in the parent only */
         a->ctx = 0;
+        a->ring = NULL;
     }
     PyMem_Free(a->pending);
     PyMem_Free(a->iocbs);
@@ -615,8 +646,9 @@ static void k_destroy(engine_t *e)
 
 static int k_info(engine_t *e, PyObject *d)
 {
-    PyObject *v = Py_BuildValue("{sIsOsi}", "aio_nr", e->b.aio.nr, "nowait_reads", Py_True,
-                                "pooled_contexts", npool);
+    PyObject *v = Py_BuildValue("{sIsOsisO}", "aio_nr", e->b.aio.nr, "nowait_reads", Py_True,
+                                "pooled_contexts", npool, "ring_peek",
+                                e->b.aio.ring ? Py_True : Py_False);
     if (!v)
         return -1;
     int rc = PyDict_Update(d, v);
