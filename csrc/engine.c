@@ -286,8 +286,9 @@ static int engine_reap(engine_t *e, int flags)
  * (W2, O_DIRECT 4 KiB at depth 64: 60k -> 84k reads/s here), and so does a read the kernel
  * would hold alone: the device has nothing of ours, and a read kept for the flush waits out one
  * more loop iteration with it idle (W2 at depth 1, every read). Cached reads complete inside the
- * submission: not deep. Writes do not trigger it: buffered ones go to kernel workers, where
- * starting early gains nothing and the extra system calls cost (W5). */
+ * submission: not deep, at the flush and after a read sent early alike. Writes do not trigger
+ * it: buffered ones go to kernel workers, where starting early gains nothing and the extra
+ * system calls cost (W5). */
 #define EARLY_SUBMIT 2
 
 static PyObject *engine_leave(engine_t *e);
@@ -310,6 +311,11 @@ static void engine_enqueue(engine_t *e, uint32_t idx)
          * the loop's callbacks. */
         e->busy++;
         engine_send_settled(e);
+        /* What the flush would find: a read answered inside the call (cached) leaves the
+         * device nothing of ours, and the next read waits for the flush. Left deep, a task
+         * reading cached data through the queue got every future done on return and never
+         * yielded (a spent budget's reads: the loop held for a whole file). */
+        e->deep = e->in_kernel > 0;
         PyObject *r = engine_leave(e);
         if (!r)
             PyErr_WriteUnraisable((PyObject *)e);

@@ -191,8 +191,9 @@ typedef struct backend_ops {
     int (*reap)(struct engine *e, int flags);
     /* Prepared pieces the kernel has not accepted yet. */
     unsigned (*unaccepted)(struct engine *e);
-    /* Whether completions may wait to be reaped (checked after the eventfd is cleared; NULL:
-     * the backend's eventfd is cleared before reaping instead, see Engine_on_ready). */
+    /* Whether completions may wait to be reaped (checked after the eventfd is cleared, and by
+     * a flush that would otherwise skip its reap; NULL: the backend's eventfd is cleared
+     * before reaping instead, see Engine_on_ready). */
     int (*pending)(struct engine *e);
     /* Take back every unaccepted piece, finishing its operation with `err`. */
     void (*unprep)(struct engine *e, int err);
@@ -269,8 +270,9 @@ typedef struct engine {
     PyObject *weakrefs;       /* the registry holds engines weakly: the loop's reader keeps
                                * an engine alive exactly as long as the loop is open */
     int flush_scheduled;
-    int deep;                 /* the last flush left operations with the kernel (a device or a
-                               * worker has them): submit every EARLY_SUBMIT (engine_enqueue) */
+    int deep;                 /* the last flush or early submission left operations with the
+                               * kernel (a device or a worker has them): submit every
+                               * EARLY_SUBMIT, and a read it would hold alone (engine_enqueue) */
     uint64_t reaped_batches;  /* st.batches when the last reap began: every batch the kernel
                                * accepted before it has been reaped (engine_send_settled) */
     /* Cooperative budget of the inline fast path: reads that complete inside the call never

@@ -115,7 +115,8 @@ struct aio_ring_header {
 static const void *ring_at(unsigned long ctx)
 {
     const struct aio_ring_header *h = (const struct aio_ring_header *)ctx;
-    return h && h->magic == AIO_RING_MAGIC && h->incompat_features == 0 ? h : NULL;
+    return h && h->magic == AIO_RING_MAGIC && h->incompat_features == 0 &&
+                   h->header_length == sizeof *h ? h : NULL;
 }
 
 static int ring_empty(engine_t *e)
