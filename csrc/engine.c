@@ -311,11 +311,6 @@ static void engine_enqueue(engine_t *e, uint32_t idx)
          * the loop's callbacks. */
         e->busy++;
         engine_send_settled(e);
-        /* What the flush would find: a read answered inside the call (cached) leaves the
-         * device nothing of ours, and the next read waits for the flush. Left deep, a task
-         * reading cached data through the queue got every future done on return and never
-         * yielded (a spent budget's reads: the loop held for a whole file). */
-        e->deep = e->in_kernel > 0;
         PyObject *r = engine_leave(e);
         if (!r)
             PyErr_WriteUnraisable((PyObject *)e);
@@ -1340,16 +1335,20 @@ static void engine_settle(engine_t *e, uint64_t sent)
  * flush, and a read sent early from inside its call. When the kernel has accepted nothing
  * since the last reap began and says nothing is pending, there is nothing a reap could find
  * that the eventfd will not announce: no reap (a read sent early leaves the iteration's flush
- * nothing to ask). */
+ * nothing to ask). What is left with the kernel then says whether the engine is deep: a read
+ * answered inside the call (cached) leaves the device nothing of ours, and the next read
+ * waits for the flush. (Left deep after an early read, a task reading cached data through
+ * the queue got every future done on return and never yielded.) */
 static void engine_send_settled(engine_t *e)
 {
     engine_pump(e);
-    if (e->st.batches == e->reaped_batches && !(e->ops->pending && e->ops->pending(e)))
-        return;
-    uint64_t sent = e->st.submitted;
-    engine_reap(e, REAP_AFTER_SUBMIT);
-    engine_pump(e);
-    engine_settle(e, sent);
+    if (e->st.batches != e->reaped_batches || (e->ops->pending && e->ops->pending(e))) {
+        uint64_t sent = e->st.submitted;
+        engine_reap(e, REAP_AFTER_SUBMIT);
+        engine_pump(e);
+        engine_settle(e, sent);
+    }
+    e->deep = e->in_kernel > 0;
 }
 
 static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
@@ -1398,7 +1397,6 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
     /* Cached buffered reads complete inside the submitting call: reap them now rather than
      * after an eventfd round trip through the loop's selector. */
     engine_send_settled(e);
-    e->deep = e->in_kernel > 0;
     return engine_leave(e);
 }
 

@@ -239,6 +239,25 @@ def _direct_file(tmp_path: Path, size: int) -> tuple[int, bytes]:
     return os.open(path, os.O_RDONLY | os.O_DIRECT), data
 
 
+def _cached_file(tmp_path: Path, size: int) -> tuple[int, bytes]:
+    """A file of `size` random bytes, opened buffered, every page of it in the page cache."""
+    data = os.urandom(size)
+    (tmp_path / "cached").write_bytes(data)
+    fd = os.open(tmp_path / "cached", os.O_RDONLY)
+    os.pread(fd, size, 0)
+    return fd, data
+
+
+async def _left_with_the_device(eng: Any, fd: int, buf: mmap.mmap, off: int) -> bool:
+    """One O_DIRECT read through the flush; whether the flush left it with the device, which
+    makes the engine deep (a device that answers inside the submission leaves it shallow)."""
+    read = eng.preadinto(fd, buf, off)
+    await asyncio.sleep(0)  # the flush submits it
+    kept = not read.done()
+    assert await read == 4096
+    return kept
+
+
 async def _learn(fd: int) -> None:
     """One read first: on Linux AIO the first read of a descriptor tries RWF_NOWAIT, which an
     O_DIRECT read refuses (EAGAIN), and is submitted again; the engine remembers it."""
@@ -265,10 +284,7 @@ async def test_reads_a_device_holds_are_submitted_two_at_a_time(native_backend: 
     (the other seven wait for the flush: two batches)."""
     size = 128 << 10
     fd, data = _direct_file(tmp_path, 8 * size)
-    cached = os.urandom(8 * size)
-    (tmp_path / "cached").write_bytes(cached)
-    cfd = os.open(tmp_path / "cached", os.O_RDONLY)
-    os.pread(cfd, 8 * size, 0)
+    cfd, cached = _cached_file(tmp_path, 8 * size)
     bufs = [mmap.mmap(-1, size) for _ in range(8)]
     offs = [i * size for i in range(8)]
 
@@ -319,10 +335,7 @@ async def test_a_read_the_device_would_hold_alone_is_submitted_at_once(native_ba
     try:
         await _learn(fd)
         for i in range(0, 16, 2):
-            first = eng.preadinto(fd, bufs[0], i * 4096)
-            await asyncio.sleep(0)  # the flush submits it
-            kept = not first.done()  # the flush left it with the device: deep
-            assert await first == 4096
+            kept = await _left_with_the_device(eng, fd, bufs[0], i * 4096)
             before = aionative.engine_stats()
             second = eng.preadinto(fd, bufs[1], (i + 1) * 4096)
             sent = aionative.engine_stats()["batches"] - before["batches"]
@@ -351,33 +364,24 @@ async def test_cached_reads_through_the_queue_still_yield_while_deep(native_back
     shallow, as a flush would: the next read waits for the flush, so a task reading cached
     data through the kernel queue (what the spent budget sends there) lets the loop run. The
     engine stayed deep after such a read: every future was done on return, the task never
-    yielded, and a callback waited for the whole file (a helper's review: 128 reads of 128, a
-    line reader held the loop 141–153 ms)."""
+    yielded, and a callback waited for the whole file (16 reads of 16 here at 1e88c1d)."""
     eng: Any = aionative.get_engine()
     fd, _ = _direct_file(tmp_path, 64 << 10)
-    cached = os.urandom(1 << 20)
-    (tmp_path / "cached").write_bytes(cached)
-    cfd = os.open(tmp_path / "cached", os.O_RDONLY)
-    os.pread(cfd, 1 << 20, 0)
+    cfd, cached = _cached_file(tmp_path, 1 << 20)
     buf = mmap.mmap(-1, 4096)
     try:
         await _learn(fd)
         for attempt in range(8):
-            first = eng.preadinto(fd, buf, attempt * 4096)
-            await asyncio.sleep(0)  # the flush submits it
-            kept = not first.done()  # the flush left it with the device: deep
-            assert await first == 4096
-            if not kept:
+            if not await _left_with_the_device(eng, fd, buf, attempt * 4096):
                 continue
             ran: list[int] = []
             asyncio.get_running_loop().call_soon(ran.append, 1)
-            reads, got = 0, []
+            got: list[bytes] = []
             for off in range(0, 1 << 20, 65536):
                 got.append(await eng.pread(cfd, 65536, off))
-                reads += 1
                 if ran:
                     break
-            assert ran and reads <= 2, reads
+            assert ran and len(got) <= 2, len(got)
             assert b"".join(got) == cached[:len(got) * 65536]
             return
         pytest.skip("the device answered every read within its submission")
