@@ -15,7 +15,11 @@ budget keeps the fast path's behaviour what it is at full speed (valgrind runs ~
 Cases: ``read:N`` (sequential ``read(N)`` of W1's cached file, ``rb``), ``readline:MODE``
 (``await f.readline()`` over W7's lines file, ``rb`` or ``r``), ``afor:MODE`` (``async for``
 over it), ``pread:N`` (``await aionative.pread(fd, N, off)`` against ``os.pread``, over the
-first MiB of W1's file, read once first: the inline fast path of a hot read, as W1's).
+first MiB of W1's file, read once first: the inline fast path of a hot read, as W1's),
+``direct:LOOP`` (``await aionative.preadinto(fd, buf, off)`` of 4 KiB at depth 1 on an
+O_DIRECT descriptor of W1's file, on the ``asyncio`` or ``uvloop`` loop, against a blocking
+``os.preadv``: W2 at depth 1, where every read waits for the device and its cost to the loop
+is the call, the wake-up and the loop iterations between them).
 Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the data in
 ``bench/.data``.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import mmap
 import os
 import re
 import shutil
@@ -39,7 +44,8 @@ WARMUP = 200
 
 
 def _path(case: str) -> str:
-    pattern = "w1-hot-*.bin" if case.startswith(("read:", "pread:")) else "w7-lines-*.txt"
+    pattern = ("w1-hot-*.bin" if case.startswith(("read:", "pread:", "direct:"))
+               else "w7-lines-*.txt")
     found = sorted(DATA_DIR.glob(pattern))
     if not found:
         raise SystemExit(f"no {pattern} in {DATA_DIR}: run `make bench` first")
@@ -51,6 +57,22 @@ async def _child(case: str, impl: str, calls: int) -> None:
 
     kind, arg = case.split(":")
     path, total = _path(case), WARMUP + calls
+    if kind == "direct":
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
+        blocks = os.fstat(fd).st_size >> 12
+        try:
+            if impl == "builtin":
+                for i in range(total):
+                    os.preadv(fd, [buf], (i * 7919 % blocks) << 12)
+            else:
+                ap = aionative.preadinto
+                for i in range(total):
+                    await ap(fd, buf, (i * 7919 % blocks) << 12)
+        finally:
+            os.close(fd)
+            buf.close()
+        return
     if kind == "pread":
         n, span = int(arg), 1 << 20
         fd = os.open(path, os.O_RDONLY)
@@ -106,7 +128,12 @@ def main(argv: list[str] | None = None) -> None:
     args: Any = ap.parse_args(argv)
     if args.child:
         case, impl, calls = args.child
-        asyncio.run(_child(case, impl, int(calls)))
+        if case == "direct:uvloop":
+            import uvloop
+
+            uvloop.run(_child(case, impl, int(calls)))
+        else:
+            asyncio.run(_child(case, impl, int(calls)))
         return
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed")
@@ -116,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         per = {impl: (_instructions(case, impl, n2) - _instructions(case, impl, n1)) / (n2 - n1)
                for impl in ("aionative", "builtin")}
         ours, ref = (("aionative.pread", "os.pread") if case.startswith("pread:")
+                     else ("aionative.preadinto", "os.preadv") if case.startswith("direct:")
                      else ("aionative.open", "builtin open"))
         print(f"  {case:12} {ours} {per['aionative']:8.0f}   {ref} "
               f"{per['builtin']:6.0f}   ratio {per['aionative'] / per['builtin']:5.1f}×",

@@ -101,6 +101,7 @@ int engine_schedule_flush(engine_t *e)
         return -1;
     Py_DECREF(h);
     e->flush_scheduled = 1;
+    e->st.flushes++;
     return 0;
 }
 
@@ -294,15 +295,22 @@ static int engine_reap(engine_t *e, int flags)
 static PyObject *engine_leave(engine_t *e);
 static void engine_send_settled(engine_t *e);
 
-static void engine_enqueue(engine_t *e, uint32_t idx)
+/* Whether an operation of this kind, enqueued now, is sent inside its call. */
+static int engine_sends_early(engine_t *e, uint8_t kind)
 {
+    return e->deep && !e->busy && !e->waiting && (kind == OP_READ || kind == OP_READINTO) &&
+           (e->ops->unaccepted(e) + 1 >= EARLY_SUBMIT || e->in_kernel == 0);
+}
+
+/* Returns whether the operation was sent inside the call. */
+static int engine_enqueue(engine_t *e, uint32_t idx)
+{
+    int early = engine_sends_early(e, engine_slot(e, idx)->kind);
     if (e->waiting || op_to_kernel(e, idx) < 0) {
         wait_push(e, idx);
-        return;
+        return 0;
     }
-    uint8_t kind = engine_slot(e, idx)->kind;
-    if (e->deep && !e->busy && (kind == OP_READ || kind == OP_READINTO) &&
-            (e->ops->unaccepted(e) >= EARLY_SUBMIT || e->in_kernel == 1)) {
+    if (early) {
         /* Sent, then settled as at a flush (engine_settle): a piece that completed inside
          * the submission (a partly cached read) sends its rest while the caller's number is
          * still its file. A submission the kernel refuses, or a read that completed, ends its
@@ -316,6 +324,7 @@ static void engine_enqueue(engine_t *e, uint32_t idx)
             PyErr_WriteUnraisable((PyObject *)e);
         Py_XDECREF(r);
     }
+    return early;
 }
 
 /* Submit everything prepared and everything waiting that fits. */
@@ -605,16 +614,20 @@ int engine_usable(engine_t *e)
 }
 
 /* Common tail of every operation: a future, a slot in the queue, a flush scheduled. On error
- * the slot is released (nothing reached the kernel). Returns a new reference to the future. */
+ * the slot is released (nothing reached the kernel). Returns a new reference to the future.
+ * A read sent inside its call (engine_enqueue) leaves the flush nothing to do unless the
+ * kernel took only part of the batch: none is scheduled for it, which spares the loop an
+ * iteration (at depth 1 every read: the loop would poll once more before waiting). */
 static PyObject *engine_start(engine_t *e, uint32_t idx)
 {
     op_t *op = engine_slot(e, idx);
     if (op->bytes || op->view.obj || op->keep)
         e->pinned++;
     PyObject *fut = engine_new_future(e);
+    int early = fut && engine_sends_early(e, op->kind);
     /* Creating the future and scheduling the flush run Python code, which may close us
      * (the thread cannot have changed: only the closed flags need a second look). */
-    if (!fut || engine_schedule_flush(e) < 0 || !engine_open(e)) {
+    if (!fut || (!early && engine_schedule_flush(e) < 0) || !engine_open(e)) {
         Py_XDECREF(fut);
         op_finish(e, idx, 0);
         return NULL;
@@ -622,6 +635,12 @@ static PyObject *engine_start(engine_t *e, uint32_t idx)
     Py_INCREF(fut);
     op->future = fut;
     engine_enqueue(e, idx);
+    /* Anything the early send left behind (a refused or partial submission, no room in the
+     * kernel) waits for a flush; the operation is queued already, so a loop that cannot
+     * take the flush is reported, as engine_pump does. */
+    if (early && !e->closed && !e->close_pending && (e->waiting || e->ops->unaccepted(e)) &&
+            engine_schedule_flush(e) < 0)
+        PyErr_WriteUnraisable((PyObject *)e);
     return fut;
 }
 
@@ -1661,6 +1680,7 @@ static const struct { const char *name; size_t off; } stat_fields[] = {
     STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(withdrawn), STAT(cq_overflow),
     STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted), STAT(inline_retries),
     STAT(retries_refused), STAT(inline_writes), STAT(write_stalls), STAT(parked), STAT(slices_ended),
+    STAT(flushes),
 };
 
 static int dict_set_ull(PyObject *d, const char *k, unsigned long long v)

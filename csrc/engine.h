@@ -157,6 +157,8 @@ typedef struct stats {
     uint64_t parked;          /* small reads done inline after a refusal, their callers parked */
     uint64_t slices_ended;    /* of those, refused by the end of a run's slice (PARK_SLICE),
                                * not by the spent budget */
+    uint64_t flushes;         /* flushes scheduled: loop callbacks (each costs the loop an
+                               * iteration it might otherwise not have run) */
 } stats_t;
 
 /* A parked caller: its read is done; it waits for a flush to hand it the result. */

@@ -121,10 +121,11 @@ void inline_new_iteration(engine_t *e)
  * cannot be read goes to the kernel queue, which reports its error as before. */
 int inline_allowed(engine_t *e, int fd, int retry)
 {
-    int ok = retry == INLINE_NOW && e->window_start ? e->budget_ns != 0
-                                                    : inline_budget_ok(e, retry == 1);
-    if (ok <= 0)
-        return ok;
+    if (!e->budget_ns)
+        return 0;
+    /* The descriptor first: a direct read never goes inline, and asking the budget would
+     * open its window, which schedules a flush (inline_budget_ok) the read does not need: at
+     * depth 1, a read sent early (engine_start) would still cost the loop an iteration. */
     fd_memo_t *m = fd_memo(e, fd);
     if (!(m->what & MEMO_READ)) {
         e->st.syscalls++;
@@ -133,7 +134,11 @@ int inline_allowed(engine_t *e, int fd, int retry)
             return 0;  /* not open (or not now): nothing learned */
         m->what |= MEMO_READ | (fl & O_DIRECT ? 0 : MEMO_READ_OK);
     }
-    return (m->what & MEMO_READ_OK) != 0;
+    if (!(m->what & MEMO_READ_OK)) {
+        e->retry_follow = 0;  /* as a refusal by the budget: the call is not the retry's */
+        return 0;
+    }
+    return retry == INLINE_NOW && e->window_start ? 1 : inline_budget_ok(e, retry == 1);
 }
 
 /* Read buf[0..len) at `off` from the page cache without blocking. 1: the read is complete

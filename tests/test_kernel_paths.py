@@ -358,6 +358,38 @@ async def test_a_read_the_device_would_hold_alone_is_submitted_at_once(native_ba
             b.close()
 
 
+async def test_a_read_sent_inside_its_call_schedules_no_flush(native_backend: str,
+                                                              tmp_path: Path) -> None:
+    """A direct read through ``aionative.preadinto`` while the engine is deep and the device
+    holds nothing else of ours is sent inside its call; the flush it would have scheduled
+    would find nothing to send or reap, and would still cost the loop an iteration (W2 at
+    depth 1: three iterations a read instead of two). None is scheduled: not by the read, and
+    not by its first question, whether the page cache may answer it inline, which used to open
+    the inline budget's window (a window schedules a flush to reopen it) before it learned
+    that the descriptor is O_DIRECT. A read answered inside the submission leaves the engine
+    shallow, so the next one waits for a flush: the pair is tried again."""
+    eng: Any = aionative.get_engine()
+    fd, data = _direct_file(tmp_path, 64 << 10)
+    bufs = [mmap.mmap(-1, 4096) for _ in range(2)]
+    try:
+        await _learn(fd)
+        for i in range(0, 16, 2):
+            if not await _left_with_the_device(eng, fd, bufs[0], i * 4096):
+                continue
+            before = aionative.engine_stats()
+            assert await aionative.preadinto(fd, bufs[1], (i + 1) * 4096) == 4096
+            after = aionative.engine_stats()
+            assert bytes(bufs[1]) == data[(i + 1) * 4096:(i + 2) * 4096]
+            assert after["batches"] - before["batches"] == 1
+            assert after["flushes"] - before["flushes"] == 0
+            return
+        pytest.skip("the device answered every read within its submission")
+    finally:
+        os.close(fd)
+        for b in bufs:
+            b.close()
+
+
 async def test_cached_reads_through_the_queue_still_yield_while_deep(native_backend: str,
                                                                       tmp_path: Path) -> None:
     """A read sent early, alone, and answered inside its call (cached) leaves the engine
