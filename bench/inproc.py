@@ -51,8 +51,9 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         ``readline()``, alternating, five passes each: median µs a line and the ratios.
     python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
         W2's O_DIRECT random 4 KiB ``aionative.preadinto``s of W1's file by N tasks: reads/s,
-        CPU µs a read, and the engine's submission batches, system calls and eventfd wake-ups
-        a read (how the reads reach the device and how their completions come back).
+        CPU µs a read, and the engine's submission batches, system calls, eventfd wake-ups
+        and flushes a read (how the reads reach the device, how their completions come back,
+        and how many loop iterations the engine asked for).
 
     python -m bench.inproc w5-write [--n 1 64] [--seconds 2] [--tmpfs] [--backend linux_aio]
         W5's random 4 KiB ``aionative.pwrite``s by N tasks into W5's cached file (``--tmpfs``:
@@ -609,7 +610,8 @@ async def _w2_cell(fd: int, blocks: int, n: int, seconds: float) -> None:
 
     dt, c0, c1, s0, s1 = await _run_tasks(reader, n, 0.3, seconds, cpu_and_count)
     ops = marks[1] - marks[0]
-    per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}" for k in ("batches", "syscalls", "wakeups"))
+    per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}"
+                    for k in ("batches", "syscalls", "wakeups", "flushes") if k in s1)
     print(f"N={n}: {ops / dt / 1e3:.1f}k reads/s, {(c1 - c0) * 1e6 / ops:.1f} µs CPU a "
           f"read; a read: {per}")
 

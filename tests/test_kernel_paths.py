@@ -325,10 +325,10 @@ async def test_a_read_the_device_would_hold_alone_is_submitted_at_once(native_ba
     iteration's flush: kept back, it would wait out one more loop iteration with the device
     idle (W2 at depth 1: every read). Sent, it is settled there (a piece answered inside the
     submission sends its rest before the call returns), and a reap that finds nothing costs
-    no system call: io_uring's completion queue and Linux AIO's ring are read in memory. The
-    iteration's flush then has nothing to send and nothing to reap, and asks the kernel
-    nothing: one system call in all. A device that answers within the submission leaves the
-    engine shallow; then the pair is tried again."""
+    no system call: io_uring's completion queue and Linux AIO's ring are read in memory, and
+    no flush follows it (test_a_read_sent_inside_its_call_schedules_no_flush): one system call
+    in all. A device that answers within the submission leaves the engine shallow; then the
+    pair is tried again."""
     eng: Any = aionative.get_engine()
     fd, data = _direct_file(tmp_path, 64 << 10)
     bufs = [mmap.mmap(-1, 4096) for _ in range(2)]
@@ -339,7 +339,7 @@ async def test_a_read_the_device_would_hold_alone_is_submitted_at_once(native_ba
             before = aionative.engine_stats()
             second = eng.preadinto(fd, bufs[1], (i + 1) * 4096)
             sent = aionative.engine_stats()["batches"] - before["batches"]
-            await asyncio.sleep(0)  # the iteration's flush runs
+            await asyncio.sleep(0)  # a flush, had one been scheduled, runs
             calls = aionative.engine_stats()["syscalls"] - before["syscalls"]
             answered = second.done()  # by the device, inside the submission or since
             assert await second == 4096
