@@ -624,10 +624,15 @@ static PyObject *engine_start(engine_t *e, uint32_t idx)
     if (op->bytes || op->view.obj || op->keep)
         e->pinned++;
     PyObject *fut = engine_new_future(e);
-    int early = fut && engine_sends_early(e, op->kind);
     /* Creating the future and scheduling the flush run Python code, which may close us
-     * (the thread cannot have changed: only the closed flags need a second look). */
-    if (!fut || (!early && engine_schedule_flush(e) < 0) || !engine_open(e)) {
+     * (the thread cannot have changed: only the closed flags need a second look), and a
+     * closed engine's ring is unmapped: whether the read goes early is asked once it is
+     * known to be open. */
+    int ok = fut && engine_open(e);
+    int early = ok && engine_sends_early(e, op->kind);
+    if (ok && !early)
+        ok = engine_schedule_flush(e) == 0 && engine_open(e);
+    if (!ok) {
         Py_XDECREF(fut);
         op_finish(e, idx, 0);
         return NULL;

@@ -84,7 +84,11 @@ int inline_budget_ok(engine_t *e, int retry)
  * until the iteration's budget is spent, reads and writes on it that the kernel would have let
  * wait for the device (a direct read, an O_SYNC or remote write) run on the loop's thread, and
  * still return what the file holds; an error is still reported by the kernel queue, exactly
- * as without the fast path. */
+ * as without the fast path. A verdict that a descriptor's reads may not go inline (O_DIRECT)
+ * can outlast the iteration: it is learned without opening the budget's window, and a direct
+ * read sent early schedules no flush, so the facts are renewed at the next wake-up or flush;
+ * a number reused meanwhile for a buffered file has its reads queued, not inline: time
+ * again. */
 enum { MEMO_READ = 1, MEMO_READ_OK = 2, MEMO_WRITE = 4, MEMO_WRITE_OK = 8 };
 
 /* `fd`'s entry, emptied when it held another number or another iteration's facts. */
@@ -130,12 +134,14 @@ int inline_allowed(engine_t *e, int fd, int retry)
     if (!(m->what & MEMO_READ)) {
         e->st.syscalls++;
         int fl = fcntl(fd, F_GETFL);
-        if (fl < 0)
+        if (fl < 0) {
+            e->retry_follow = 0;  /* as a refusal by the budget: the call is not the retry's */
             return 0;  /* not open (or not now): nothing learned */
+        }
         m->what |= MEMO_READ | (fl & O_DIRECT ? 0 : MEMO_READ_OK);
     }
     if (!(m->what & MEMO_READ_OK)) {
-        e->retry_follow = 0;  /* as a refusal by the budget: the call is not the retry's */
+        e->retry_follow = 0;
         return 0;
     }
     return retry == INLINE_NOW && e->window_start ? 1 : inline_budget_ok(e, retry == 1);

@@ -6,6 +6,7 @@ import asyncio
 import errno
 import fcntl
 import functools
+import gc
 import mmap
 import os
 import random
@@ -249,10 +250,11 @@ def _cached_file(tmp_path: Path, size: int) -> tuple[int, bytes]:
 
 
 async def _left_with_the_device(eng: Any, fd: int, buf: mmap.mmap, off: int) -> bool:
-    """One O_DIRECT read through the flush; whether the flush left it with the device, which
-    makes the engine deep (a device that answers inside the submission leaves it shallow)."""
+    """One O_DIRECT read, through the flush (or, the engine already deep, sent inside its
+    call); whether that left it with the device, which makes the engine deep (a device that
+    answers inside the submission leaves it shallow)."""
     read = eng.preadinto(fd, buf, off)
-    await asyncio.sleep(0)  # the flush submits it
+    await asyncio.sleep(0)  # the flush, if it waited for one, submits it
     kept = not read.done()
     assert await read == 4096
     return kept
@@ -448,6 +450,56 @@ class _ClosesTheEngine(bytearray):
 
     def __del__(self) -> None:
         aionative.get_engine().close()
+
+
+class _ClosesTheEngineWhenCollected:
+    """Cyclic garbage whose finalizer closes an engine: only the collector frees it."""
+
+    def __init__(self, eng: Any) -> None:
+        self.eng, self.me = eng, self
+
+    def __del__(self) -> None:
+        self.eng.close()
+
+
+async def test_an_engine_closed_while_a_read_creates_its_future_refuses_it(
+        native_backend: str, tmp_path: Path) -> None:
+    """Creating a read's future runs Python code (here the collector, and a finalizer that
+    closes the engine), and a closed engine's io_uring ring is unmapped. Whether the read goes
+    to the kernel inside its call (the engine deep) is asked only once the engine is known to
+    be open: the call raises RuntimeError and nothing reaches the kernel. 4df5027 asked first
+    and read the unmapped submission queue: a segfault on io_uring."""
+    eng: Any = aionative.get_engine()
+    fd, _ = _direct_file(tmp_path, 64 << 10)
+    buf = mmap.mmap(-1, 4096)
+    threshold = gc.get_threshold()
+    try:
+        await _learn(fd)
+        for i in range(16):
+            if await _left_with_the_device(eng, fd, buf, i * 4096):
+                break
+        else:
+            pytest.skip("the device answered every read within its submission")
+        read = eng.preadinto
+        gc.collect()
+        gc.disable()
+        _ClosesTheEngineWhenCollected(eng)
+        gc.set_threshold(1)  # the read's first tracked allocation, its future, collects
+        gc.enable()
+        refused = None
+        try:
+            read(fd, buf, 4096)
+        except RuntimeError as exc:
+            refused = exc
+        finally:
+            gc.set_threshold(*threshold)
+        assert eng.closed
+        assert refused is not None and "closed" in str(refused), refused
+    finally:
+        gc.set_threshold(*threshold)
+        gc.enable()
+        os.close(fd)
+        buf.close()
 
 
 @pytest.mark.usefixtures("linux_aio")
