@@ -737,6 +737,14 @@ static int read_allowed(engine_t *e, int fd, int retry, int fast, int *park)
     return inline_allowed(e, fd, INLINE_NOW);
 }
 
+/* A PREAD_INLINE_ONLY read that did not go inline: refused by the spent budget (False: the
+ * caller may yield and retry), or one that must go to the kernel queue whatever the budget
+ * says (None), a direct read among them: it never goes inline, so a turn would only delay it. */
+static int inline_refused_by_budget(engine_t *e, int fd, int ok)
+{
+    return ok == 0 && e->budget_ns && e->budget_spent && !inline_fd_refuses(e, fd);
+}
+
 /* A read done inline (`res`, a new reference or NULL): the result itself, or for a caller that
  * parks (read_allowed) the future a later flush resolves with it. */
 static PyObject *read_done(engine_t *e, PyObject *res, int fast, int park)
@@ -786,7 +794,7 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
         Py_DECREF(bytes);
         if (ok < 0)
             return NULL;
-        return Py_NewRef(ok == 0 && e->budget_ns && e->budget_spent ? Py_False : Py_None);
+        return Py_NewRef(inline_refused_by_budget(e, fd, ok) ? Py_False : Py_None);
     }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {
@@ -865,7 +873,7 @@ static PyObject *engine_buffer_op(engine_t *e, PyObject *const *args, Py_ssize_t
         PyBuffer_Release(&view);
         if (ok < 0)
             return NULL;
-        return Py_NewRef(ok == 0 && e->budget_ns && e->budget_spent ? Py_False : Py_None);
+        return Py_NewRef(inline_refused_by_budget(e, fd, ok) ? Py_False : Py_None);
     }
     uint32_t idx = ok < 0 ? OP_NONE : slot_alloc(e);
     if (idx == OP_NONE) {

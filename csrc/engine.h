@@ -362,6 +362,8 @@ int inline_budget_ok(engine_t *e, int retry);
  * parks: see engine_park). */
 #define INLINE_NOW 2
 int inline_allowed(engine_t *e, int fd, int retry);
+/* 1 if what the engine knows of `fd` now says its reads never go inline (O_DIRECT). */
+int inline_fd_refuses(engine_t *e, int fd);
 int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
                 uint64_t *got);
 int inline_empty_read(engine_t *e, int fd, int64_t off);

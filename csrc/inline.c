@@ -103,6 +103,13 @@ static fd_memo_t *fd_memo(engine_t *e, int fd)
     return m;
 }
 
+int inline_fd_refuses(engine_t *e, int fd)
+{
+    fd_memo_t *m = &e->fd_memo[(unsigned)fd & (FD_MEMO_SIZE - 1)];
+    return m->fd == fd && m->gen == e->memo_gen &&
+           (m->what & (MEMO_READ | MEMO_READ_OK)) == MEMO_READ;
+}
+
 void inline_forget_fd(engine_t *e, int fd)
 {
     fd_memo_t *m = &e->fd_memo[(unsigned)fd & (FD_MEMO_SIZE - 1)];

@@ -392,6 +392,31 @@ async def test_a_read_sent_inside_its_call_schedules_no_flush(native_backend: st
             b.close()
 
 
+async def test_the_spent_budget_does_not_refuse_a_direct_read(native_backend: str,
+                                                             tmp_path: Path) -> None:
+    """The inline part alone (``read_inline``, ``readinto_inline``) answers False when the
+    spent budget refused the read (its caller yields a turn and retries) and None when the
+    read must go to the kernel queue. A direct read never goes inline: None, whatever the
+    budget says. Answered False, a large ``aionative.pread``/``preadinto`` of an O_DIRECT
+    descriptor took a turn of the loop for nothing once the budget was spent."""
+    eng: Any = aionative.get_engine()
+    fd, _ = _direct_file(tmp_path, 1 << 20)
+    cfd, _ = _cached_file(tmp_path, 1 << 20)
+    big = mmap.mmap(-1, 64 << 10)
+    try:
+        await _learn(fd)
+        while eng.read_inline(cfd, 4096, 0) is not False:
+            pass  # cached reads until the iteration's budget is spent
+        assert eng.read_inline(cfd, 4096, 4096) is False
+        assert eng.readinto_inline(fd, big, 0) is None
+        assert eng.read_inline(fd, 4096, 0) is None
+        assert eng.readinto_inline(fd, big, 0, True) is None  # a retry too
+    finally:
+        os.close(fd)
+        os.close(cfd)
+        big.close()
+
+
 async def test_cached_reads_through_the_queue_still_yield_while_deep(native_backend: str,
                                                                       tmp_path: Path) -> None:
     """A read sent early, alone, and answered inside its call (cached) leaves the engine
