@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import functools
@@ -12,7 +13,7 @@ import os
 import random
 import struct
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,19 @@ def _cached_file(tmp_path: Path, size: int) -> tuple[int, bytes]:
     return fd, data
 
 
+@contextlib.contextmanager
+def _direct_reads(tmp_path: Path) -> Iterator[tuple[int, bytes, list[mmap.mmap]]]:
+    """A 64 KiB file opened O_DIRECT (_direct_file) and two page-aligned 4 KiB buffers."""
+    fd, data = _direct_file(tmp_path, 64 << 10)
+    bufs = [mmap.mmap(-1, 4096) for _ in range(2)]
+    try:
+        yield fd, data, bufs
+    finally:
+        os.close(fd)
+        for b in bufs:
+            b.close()
+
+
 async def _left_with_the_device(eng: Any, fd: int, buf: mmap.mmap, off: int) -> bool:
     """One O_DIRECT read, through the flush (or, the engine already deep, sent inside its
     call); whether that left it with the device, which makes the engine deep (a device that
@@ -332,9 +346,7 @@ async def test_a_read_the_device_would_hold_alone_is_submitted_at_once(native_ba
     in all. A device that answers within the submission leaves the engine shallow; then the
     pair is tried again."""
     eng: Any = aionative.get_engine()
-    fd, data = _direct_file(tmp_path, 64 << 10)
-    bufs = [mmap.mmap(-1, 4096) for _ in range(2)]
-    try:
+    with _direct_reads(tmp_path) as (fd, data, bufs):
         await _learn(fd)
         for i in range(0, 16, 2):
             kept = await _left_with_the_device(eng, fd, bufs[0], i * 4096)
@@ -353,11 +365,7 @@ async def test_a_read_the_device_would_hold_alone_is_submitted_at_once(native_ba
                     assert calls == 1
                 return
             assert sent == 0  # shallow: it waited for the flush
-        pytest.skip("the device answered every read within its submission")
-    finally:
-        os.close(fd)
-        for b in bufs:
-            b.close()
+    pytest.skip("the device answered every read within its submission")
 
 
 async def test_a_read_sent_inside_its_call_schedules_no_flush(native_backend: str,
@@ -371,9 +379,7 @@ async def test_a_read_sent_inside_its_call_schedules_no_flush(native_backend: st
     that the descriptor is O_DIRECT. A read answered inside the submission leaves the engine
     shallow, so the next one waits for a flush: the pair is tried again."""
     eng: Any = aionative.get_engine()
-    fd, data = _direct_file(tmp_path, 64 << 10)
-    bufs = [mmap.mmap(-1, 4096) for _ in range(2)]
-    try:
+    with _direct_reads(tmp_path) as (fd, data, bufs):
         await _learn(fd)
         for i in range(0, 16, 2):
             if not await _left_with_the_device(eng, fd, bufs[0], i * 4096):
@@ -385,11 +391,7 @@ async def test_a_read_sent_inside_its_call_schedules_no_flush(native_backend: st
             assert after["batches"] - before["batches"] == 1
             assert after["flushes"] - before["flushes"] == 0
             return
-        pytest.skip("the device answered every read within its submission")
-    finally:
-        os.close(fd)
-        for b in bufs:
-            b.close()
+    pytest.skip("the device answered every read within its submission")
 
 
 async def test_the_spent_budget_does_not_refuse_a_direct_read(native_backend: str,
