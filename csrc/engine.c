@@ -302,13 +302,14 @@ static int engine_sends_early(engine_t *e, uint8_t kind)
            (e->ops->unaccepted(e) + 1 >= EARLY_SUBMIT || e->in_kernel == 0);
 }
 
-/* Returns whether the operation was sent inside the call. */
-static int engine_enqueue(engine_t *e, uint32_t idx)
+/* `early`: engine_sends_early's answer, asked by the caller (engine_start schedules no
+ * flush for an operation sent now). Returns 1 if the operation waits for room in user space
+ * instead, sent by neither. */
+static int engine_enqueue(engine_t *e, uint32_t idx, int early)
 {
-    int early = engine_sends_early(e, engine_slot(e, idx)->kind);
     if (e->waiting || op_to_kernel(e, idx) < 0) {
         wait_push(e, idx);
-        return 0;
+        return 1;
     }
     if (early) {
         /* Sent, then settled as at a flush (engine_settle): a piece that completed inside
@@ -324,7 +325,7 @@ static int engine_enqueue(engine_t *e, uint32_t idx)
             PyErr_WriteUnraisable((PyObject *)e);
         Py_XDECREF(r);
     }
-    return early;
+    return 0;
 }
 
 /* Submit everything prepared and everything waiting that fits. */
@@ -540,7 +541,7 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
         op_may_go_on(e, op) && op->kind != OP_CLOSE) {
         op->retries++;
         e->st.retries++;
-        engine_enqueue(e, idx);
+        engine_enqueue(e, idx, engine_sends_early(e, op->kind));
         return;
     }
     if (res < 0) {
@@ -571,7 +572,7 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
             e->st.splits++;
         else
             e->st.retries++;
-        engine_enqueue(e, idx);
+        engine_enqueue(e, idx, engine_sends_early(e, op->kind));
         return;
     }
     op_finish(e, idx, 0);
@@ -615,9 +616,10 @@ int engine_usable(engine_t *e)
 
 /* Common tail of every operation: a future, a slot in the queue, a flush scheduled. On error
  * the slot is released (nothing reached the kernel). Returns a new reference to the future.
- * A read sent inside its call (engine_enqueue) leaves the flush nothing to do unless the
- * kernel took only part of the batch: none is scheduled for it, which spares the loop an
- * iteration (at depth 1 every read: the loop would poll once more before waiting). */
+ * A read sent inside its call (engine_enqueue) leaves the flush nothing to do: none is
+ * scheduled for it, which spares the loop an iteration (at depth 1 every read: the loop would
+ * poll once more before waiting). What the send leaves behind gets one all the same: a
+ * submission refused or taken in part (engine_pump), a read that must wait for room. */
 static PyObject *engine_start(engine_t *e, uint32_t idx)
 {
     op_t *op = engine_slot(e, idx);
@@ -639,13 +641,8 @@ static PyObject *engine_start(engine_t *e, uint32_t idx)
     }
     Py_INCREF(fut);
     op->future = fut;
-    engine_enqueue(e, idx);
-    /* Anything the early send left behind (a refused or partial submission, no room in the
-     * kernel) waits for a flush; the operation is queued already, so a loop that cannot
-     * take the flush is reported, as engine_pump does. */
-    if (early && !e->closed && !e->close_pending && (e->waiting || e->ops->unaccepted(e)) &&
-            engine_schedule_flush(e) < 0)
-        PyErr_WriteUnraisable((PyObject *)e);
+    if (engine_enqueue(e, idx, early) && early && engine_schedule_flush(e) < 0)
+        PyErr_WriteUnraisable((PyObject *)e);  /* queued already: reported, as engine_pump does */
     return fut;
 }
 
