@@ -49,11 +49,13 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         N lines of W7's (cached) text file, in ``rb`` and in ``r``: ``await f.readline()``
         calls and ``async for`` through ``aionative.open`` against the builtin's
         ``readline()``, alternating, five passes each: median µs a line and the ratios.
-    python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
+    python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio] [--file]
         W2's O_DIRECT random 4 KiB ``aionative.preadinto``s of W1's file by N tasks: reads/s,
         CPU µs a read, and the engine's submission batches, system calls, eventfd wake-ups
         and flushes a read (how the reads reach the device, how their completions come back,
-        and how many loop iterations the engine asked for).
+        and how many loop iterations the engine asked for). ``--file``: the same reads as
+        ``await f.pread(4096, off)`` on one ``aionative.open(path, "rb", buffering=0,
+        direct=True)`` file the N tasks share (the file layer aligns and copies).
 
     python -m bench.inproc w5-write [--n 1 64] [--seconds 2] [--tmpfs] [--backend linux_aio]
         W5's random 4 KiB ``aionative.pwrite``s by N tasks into W5's cached file (``--tmpfs``:
@@ -592,7 +594,7 @@ async def _run_tasks(work: Callable[[int, list[bool]], Awaitable[None]], n: int,
     return t1 - t0, c0, c1, s0, s1
 
 
-async def _w2_cell(fd: int, blocks: int, n: int, seconds: float) -> None:
+async def _w2_cell(fd: int, blocks: int, n: int, seconds: float, f: Any = None) -> None:
     done = [0]
     marks: list[int] = []
 
@@ -600,7 +602,10 @@ async def _w2_cell(fd: int, blocks: int, n: int, seconds: float) -> None:
         buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT needs
         rnd = random.Random(k)
         while not stop[0]:
-            await aionative.preadinto(fd, buf, rnd.randrange(blocks) << 12)
+            if f is None:
+                await aionative.preadinto(fd, buf, rnd.randrange(blocks) << 12)
+            else:
+                await f.pread(4096, rnd.randrange(blocks) << 12)
             done[0] += 1
         buf.close()
 
@@ -616,16 +621,20 @@ async def _w2_cell(fd: int, blocks: int, n: int, seconds: float) -> None:
           f"read; a read: {per}")
 
 
-async def w2_direct(ns: list[int], seconds: float) -> None:
+async def w2_direct(ns: list[int], seconds: float, through_file: bool) -> None:
     paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
     if not paths:
         raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
     fd = os.open(paths[0], os.O_RDONLY | os.O_DIRECT)
+    f = (await aionative.open(paths[0], "rb", buffering=0, direct=True)
+         if through_file else None)
     try:
         for n in ns:
-            await _w2_cell(fd, os.fstat(fd).st_size >> 12, n, seconds)
+            await _w2_cell(fd, os.fstat(fd).st_size >> 12, n, seconds, f)
     finally:
         os.close(fd)
+        if f is not None:
+            await f.close()
 
 
 def _thread_cpu() -> tuple[float, float]:
@@ -814,6 +823,8 @@ def main() -> None:
     ap.add_argument("--tmpfs", action="store_true", help="w5-write: a file under /dev/shm")
     ap.add_argument("--no-gc", action="store_true", help="run with the cyclic collector off")
     ap.add_argument("--cold", action="store_true", help="w3-file: drop the file's pages first")
+    ap.add_argument("--file", action="store_true",
+                    help="w2-direct: read through an aionative.open(..., direct=True) file")
     ap.add_argument("--direct-min", type=int, default=None,
                     help="w3-file: the size from which a file's read(n) / readinto skips the "
                          "window (aionative._files._DIRECT_READ_MIN)")
@@ -847,7 +858,8 @@ def main() -> None:
     elif args.what == "w3-lag":
         coro = w3_lag(args.seconds if args.seconds != 6.0 else 2.0)
     elif args.what == "w2-direct":
-        coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
+        coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0,
+                         args.file)
     elif args.what == "log-lines":
         coro = log_lines((args.n or [20000])[0])
     elif args.what == "w3-file":
