@@ -63,7 +63,6 @@ from ._raw import (
     REGULAR,
     STREAM,
     WindowRaw,
-    align_down,
     bytes_like,
     check_read_alloc,
     direct_buffer,
@@ -549,14 +548,15 @@ class AsyncBase(Generic[S]):
         return self._raw._fd
 
     async def _direct_read(self, size: int, offset: int) -> bytes:
-        """An O_DIRECT read: the aligned superset into page-aligned memory, then the part asked
-        for."""
-        a0 = align_down(offset)
-        buf = direct_buffer(offset + size - a0)
-        got = await self._engine_readinto(buf, a0)
-        start = offset - a0
-        # Not closed here: an engine may still hold its export; unmapped when collected.
-        return buf[start:start + max(0, min(got - start, size))]
+        """An O_DIRECT read: the engine reads the aligned range around it into aligned memory
+        of its own and returns the part asked for."""
+        eng = get_engine()
+        fut = eng.pread_direct(self._raw_fd(), size, offset)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            eng.cancel(fut)  # the kernel keeps the engine's memory until the read completes
+            raise
 
     async def _direct_write(self, off: int, data: bytes) -> None:
         """An O_DIRECT write: read the partial edge blocks, write the aligned range from

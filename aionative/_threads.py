@@ -22,7 +22,7 @@ from operator import index
 from typing import Any, TypeVar
 
 from ._compat import KERNEL_RW_MAX
-from ._raw import bytes_like, c_int, check_read_alloc, off_t, ssize_t
+from ._raw import bytes_like, c_int, check_read_alloc, direct_pread_sync, off_t, ssize_t
 
 T = TypeVar("T")
 
@@ -309,6 +309,14 @@ class ThreadsEngine:
     def pread(self, fd: int, size: int, offset: int) -> asyncio.Future[bytes]:
         fd, size, offset = _read_args_fast(fd, size, offset)
         return self._submit(_pread, fd, size, offset)
+
+    def pread_direct(self, fd: int, size: int, offset: int) -> asyncio.Future[bytes]:
+        """An O_DIRECT read into aligned memory of the worker's own (see the native engine's
+        ``pread_direct``)."""
+        fd, size, offset = _read_args_fast(fd, size, offset)
+        if size < 0 or offset < 0:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return self._submit(direct_pread_sync, fd, size, offset)
 
     def read(self, fd: int, size: int, offset: int, retry: bool = False
              ) -> bytes | Awaitable[bytes]:

@@ -404,6 +404,13 @@ static PyObject *op_result(op_t *op, int err, int *is_exc)
     case OP_READ: {
         PyObject *b = op->bytes;
         op->bytes = NULL;
+        if (op->trim) {  /* pread_direct: the part asked for, out of the aligned range */
+            uint64_t n = op->done > op->skip ? op->done - op->skip : 0;
+            PyObject *r = PyBytes_FromStringAndSize(op->buf + op->skip,
+                                                    (Py_ssize_t)(n < op->want ? n : op->want));
+            Py_DECREF(b);
+            return r;
+        }
         if ((uint64_t)PyBytes_GET_SIZE(b) != op->done && _PyBytes_Resize(&b, (Py_ssize_t)op->done) < 0)
             return NULL;
         return b;
@@ -812,6 +819,57 @@ static PyObject *engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n,
 PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     return engine_pread(e, args, n, "pread", PREAD_QUEUE);
+}
+
+/* An O_DIRECT read that asks the caller for no aligned memory: the kernel reads the
+ * DIO_ALIGN-aligned range around [offset, offset + size) (one unit at least, so an empty read
+ * still asks the file) into a bytes object the operation owns, one unit larger so that the
+ * range can start on a page boundary inside it, and the result is the part asked for, copied
+ * out when the completion is reaped. The file layer's direct reads (open(..., direct=True))
+ * used a fresh mmap a read instead: its page faults, and the munmap's TLB shootdown when it
+ * was collected, cost ~35 µs of CPU a 4 KiB read here (docs/benchmarks.md, "Session 24"). */
+static PyObject *Engine_pread_direct(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    int fd;
+    int64_t off;
+    if (check_nargs("pread_direct", n, 3) < 0 || parse_fd(args[0], &fd) < 0)
+        return NULL;
+    Py_ssize_t size = parse_size(args[1]);
+    if ((size == -1 && PyErr_Occurred()) || parse_offset(args[2], &off) < 0)
+        return NULL;
+    if (size < 0 || off < 0) {
+        errno = EINVAL;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (!engine_usable(e))
+        return NULL;
+    const uint64_t unit = DIO_ALIGN;
+    uint64_t start = (uint64_t)off & ~(unit - 1);
+    uint64_t end = (uint64_t)off + (uint64_t)size;  /* both < 2**63: no overflow */
+    uint64_t len = ((end + unit - 1) & ~(unit - 1)) - start;
+    if (len < unit)
+        len = unit;
+    if (len > (uint64_t)PY_SSIZE_T_MAX - unit)
+        return PyErr_NoMemory();
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(len + unit));
+    if (!bytes)
+        return NULL;
+    uint32_t idx = slot_alloc(e);
+    if (idx == OP_NONE) {
+        Py_DECREF(bytes);
+        return NULL;
+    }
+    op_t *op = engine_slot(e, idx);
+    op->kind = OP_READ;
+    op->fd = fd;
+    op->bytes = bytes;
+    op->buf = (char *)(((uintptr_t)PyBytes_AS_STRING(bytes) + unit - 1) & ~(uintptr_t)(unit - 1));
+    op->len = len;
+    op->off = (int64_t)start;
+    op->trim = 1;
+    op->skip = (uint32_t)((uint64_t)off - start);
+    op->want = (uint64_t)size;
+    return engine_start(e, idx);
 }
 
 PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n)
@@ -1786,6 +1844,9 @@ static PyMethodDef Engine_methods[] = {
      "pread(fd, size, offset) -> Future[bytes]"},
     {"preadinto", (PyCFunction)(void (*)(void))Engine_preadinto, METH_FASTCALL,
      "preadinto(fd, buffer, offset) -> Future[int]"},
+    {"pread_direct", (PyCFunction)(void (*)(void))Engine_pread_direct, METH_FASTCALL,
+     "pread_direct(fd, size, offset) -> Future[bytes]: an O_DIRECT read of the aligned range "
+     "around [offset, offset + size) into the engine's own aligned memory; the part asked for"},
     {"read", (PyCFunction)(void (*)(void))Engine_read, METH_FASTCALL,
      "read(fd, size, offset) -> bytes | Future[bytes]: pread, completed inline (the bytes "
      "themselves) when the page cache holds the data and the iteration's budget allows"},

@@ -124,6 +124,10 @@ typedef struct op {
     uint64_t bounce_off;    /* kaio: file offset of bounce[0] for the piece now with the kernel */
     uint32_t bounce_len;    /* ... and the length that piece reads */
     uint32_t bounce_cap;    /* kaio: bytes allocated at `bounce` */
+    uint8_t trim;           /* OP_READ of pread_direct: the kernel reads the aligned range at
+                             * `buf` inside `bytes`; the result is `want` bytes from `skip` */
+    uint32_t skip;          /* ... the offset asked for, from the range's start (< DIO_ALIGN) */
+    uint64_t want;          /* ... the size asked for */
 } op_t;
 
 typedef struct stats {

@@ -1,0 +1,125 @@
+"""Reads of ``open(..., direct=True)`` files: ``Engine.pread_direct`` reads the aligned range
+around what was asked for into memory the engine owns until the kernel is done with it, and
+returns the part asked for (before, each read mapped a fresh page-aligned buffer)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import aionative
+from aionative import _raw
+
+pytestmark = pytest.mark.asyncio
+
+SIZE = 3 * 4096 + 123  # not a multiple of the block size: the last block is short
+
+# (offset, size): empty, unaligned on either side or both, whole blocks, across blocks, up to
+# and across the end of the file, past it.
+RANGES = [(0, 0), (0, 1), (5, 4091), (4091, 9), (4096, 4096), (4000, 8500), (0, SIZE),
+          (3 * 4096 + 100, 23), (3 * 4096 + 100, 4096), (SIZE, 10), (SIZE + 5000, 7),
+          (1 << 20, 0)]
+
+
+@pytest.fixture
+def direct_fd(tmp_path: Path) -> Iterator[tuple[int, bytes]]:
+    """A file of SIZE random bytes opened O_DIRECT, and its contents."""
+    data = os.urandom(SIZE)
+    (tmp_path / "d.bin").write_bytes(data)
+    fd = os.open(tmp_path / "d.bin", os.O_RDONLY | os.O_DIRECT)
+    try:
+        yield fd, data
+    finally:
+        os.close(fd)
+
+
+async def test_pread_direct_returns_the_part_asked_for(backend: str,
+                                                       direct_fd: tuple[int, bytes]) -> None:
+    fd, data = direct_fd
+    eng: Any = aionative.get_engine()
+    for off, size in RANGES:
+        assert await eng.pread_direct(fd, size, off) == data[off:off + size], (off, size)
+    got = await asyncio.gather(*(eng.pread_direct(fd, n, o) for o, n in RANGES))
+    assert got == [data[o:o + n] for o, n in RANGES]
+
+
+async def test_pread_direct_reports_what_os_pread_reports(backend: str,
+                                                          direct_fd: tuple[int, bytes],
+                                                          tmp_path: Path) -> None:
+    fd, _ = direct_fd
+    eng: Any = aionative.get_engine()
+    for size, off in ((-1, 0), (1, -1)):
+        with pytest.raises(OSError) as raised:
+            eng.pread_direct(fd, size, off)
+        assert raised.value.errno == errno.EINVAL
+    with pytest.raises(TypeError):
+        eng.pread_direct(fd, 1.0, 0)
+    closed = os.open(tmp_path / "d.bin", os.O_RDONLY | os.O_DIRECT)
+    os.close(closed)
+    with pytest.raises(OSError) as raised:
+        await eng.pread_direct(closed, 10, 0)
+    assert raised.value.errno == errno.EBADF
+
+
+async def test_a_direct_files_reads_map_no_memory(native_backend: str, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the kernel engines a direct file's reads land in the engine's own memory: a fresh
+    ``mmap`` a read (its page faults, and the munmap's TLB shootdown when it was collected)
+    cost ~35 µs of CPU a 4 KiB read (docs/benchmarks.md, "Session 24")."""
+    data = os.urandom(SIZE)
+    path = tmp_path / "d.bin"
+    path.write_bytes(data)
+
+    class NoMaps:
+        def mmap(self, *args: object) -> None:
+            raise AssertionError("a direct file's read mapped memory")
+
+    async with aionative.open(path, "rb", buffering=0, direct=True) as f:
+        monkeypatch.setattr(_raw, "mmap", NoMaps())
+        assert await f.pread(100, 4090) == data[4090:4190]
+        await f.seek(5)
+        assert await f.read(4096) == data[5:4101]
+        assert await f.read() == data[4101:]
+        monkeypatch.undo()
+
+
+async def test_cancelled_direct_reads_leave_nothing_behind(backend: str, tmp_path: Path
+                                                           ) -> None:
+    """Readers cancelled before, during and after their reads reach the device: the others'
+    results are exact, and (the autouse fixture checks it) no operation, pinned buffer or
+    kernel slot outlives the test; the engine frees its memory only once the kernel is done."""
+    data = os.urandom(1 << 20)
+    path = tmp_path / "d.bin"
+    path.write_bytes(data)
+    rng = random.Random(24)
+    plan = [(rng.randrange(len(data) - 9000), rng.randrange(1, 9000)) for _ in range(400)]
+    async with aionative.open(path, "rb", buffering=0, direct=True) as f:
+        tasks = [asyncio.ensure_future(f.pread(n, off)) for off, n in plan]
+        doomed = set(rng.sample(range(len(tasks)), 200))
+        for turn in range(4):
+            for i in doomed:
+                if i % 4 == turn:
+                    tasks[i].cancel()
+            await asyncio.sleep(0)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        eng: Any = aionative.get_engine()
+        for _ in range(5000):
+            if eng.in_flight == 0:
+                break
+            await asyncio.sleep(0.001)
+        assert eng.in_flight == 0
+    cancelled = 0
+    for i, ((off, n), res) in enumerate(zip(plan, results)):
+        if isinstance(res, asyncio.CancelledError):
+            assert i in doomed
+            cancelled += 1
+        else:
+            assert res == data[off:off + n], (off, n)
+    assert cancelled > 0
