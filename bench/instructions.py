@@ -16,10 +16,10 @@ Cases: ``read:N`` (sequential ``read(N)`` of W1's cached file, ``rb``), ``readli
 (``await f.readline()`` over W7's lines file, ``rb`` or ``r``), ``afor:MODE`` (``async for``
 over it), ``pread:N`` (``await aionative.pread(fd, N, off)`` against ``os.pread``, over the
 first MiB of W1's file, read once first: the inline fast path of a hot read, as W1's),
-``direct:LOOP`` (``await aionative.preadinto(fd, buf, off)`` of 4 KiB at depth 1 on an
-O_DIRECT descriptor of W1's file, on the ``asyncio`` or ``uvloop`` loop, against a blocking
-``os.preadv``: W2 at depth 1, where every read waits for the device and its cost to the loop
-is the call, the wake-up and the loop iterations between them).
+``direct:LOOP[:N]`` (``await aionative.preadinto(fd, buf, off)`` of 4 KiB by N tasks, 1 if
+not given, on an O_DIRECT descriptor of W1's file, on the ``asyncio`` or ``uvloop`` loop,
+against a blocking ``os.preadv``: W2 at depth N, where every read waits for the device and its
+cost to the loop is the call, the wake-up and the loop iterations between them).
 Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the data in
 ``bench/.data``.
 """
@@ -55,23 +55,42 @@ def _path(case: str) -> str:
 async def _child(case: str, impl: str, calls: int) -> None:
     import aionative
 
-    kind, arg = case.split(":")
+    kind, arg = case.split(":", 1)
     path, total = _path(case), WARMUP + calls
     if kind == "direct":
+        depth = int(arg.partition(":")[2] or 1)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-        buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
         blocks = os.fstat(fd).st_size >> 12
+        left = [total]
+
+        async def reader() -> None:
+            buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT wants
+            try:
+                while left[0] > 0:
+                    left[0] -= 1
+                    i = left[0]
+                    if impl == "builtin":
+                        os.preadv(fd, [buf], (i * 7919 % blocks) << 12)
+                    else:
+                        await aionative.preadinto(fd, buf, (i * 7919 % blocks) << 12)
+            finally:
+                buf.close()
+
         try:
-            if impl == "builtin":
-                for i in range(total):
-                    os.preadv(fd, [buf], (i * 7919 % blocks) << 12)
+            if depth == 1:  # session 23's case, unchanged: one loop, one buffer
+                buf = mmap.mmap(-1, 4096)
+                if impl == "builtin":
+                    for i in range(total):
+                        os.preadv(fd, [buf], (i * 7919 % blocks) << 12)
+                else:
+                    ap = aionative.preadinto
+                    for i in range(total):
+                        await ap(fd, buf, (i * 7919 % blocks) << 12)
+                buf.close()
             else:
-                ap = aionative.preadinto
-                for i in range(total):
-                    await ap(fd, buf, (i * 7919 % blocks) << 12)
+                await asyncio.gather(*(reader() for _ in range(depth)))
         finally:
             os.close(fd)
-            buf.close()
         return
     if kind == "pread":
         n, span = int(arg), 1 << 20
@@ -128,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     args: Any = ap.parse_args(argv)
     if args.child:
         case, impl, calls = args.child
-        if case == "direct:uvloop":
+        if case.startswith("direct:uvloop"):
             import uvloop
 
             uvloop.run(_child(case, impl, int(calls)))

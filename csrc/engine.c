@@ -826,8 +826,8 @@ PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
  * still asks the file) into a bytes object the operation owns, one unit larger so that the
  * range can start on a page boundary inside it, and the result is the part asked for, copied
  * out when the completion is reaped. The file layer's direct reads (open(..., direct=True))
- * used a fresh mmap a read instead: its page faults, and the munmap's TLB shootdown when it
- * was collected, cost ~35 µs of CPU a 4 KiB read here (docs/benchmarks.md, "Session 24"). */
+ * mapped a fresh buffer a read instead (mmap, the faults of pinning it, munmap): 29-33 µs
+ * more CPU a 4 KiB read here than this path (docs/benchmarks.md, "Session 24"). */
 static PyObject *Engine_pread_direct(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     int fd;
