@@ -69,10 +69,23 @@ def rmw_blocks(off: int, length: int, disk_size: int) -> tuple[int, int, list[in
 
 
 def direct_pread_sync(fd: int, n: int, pos: int) -> bytes:
+    """``n`` bytes at ``pos`` through an O_DIRECT descriptor: the aligned range around them
+    read into page-aligned memory in pieces of at most KERNEL_RW_MAX (one system call moves
+    no more; a short piece is the end of the file), then the part asked for."""
     a0 = align_down(pos)
     buf = direct_buffer(pos + n - a0)
     try:
-        got = os.preadv(fd, [buf], a0)
+        view = memoryview(buf)
+        try:
+            got = 0
+            while got < len(view):
+                want = min(len(view) - got, KERNEL_RW_MAX)
+                done = os.preadv(fd, [view[got:got + want]], a0 + got)
+                got += done
+                if done < want:
+                    break
+        finally:
+            view.release()
         start = pos - a0
         return buf[start:start + max(0, min(got - start, n))]
     finally:
