@@ -443,8 +443,24 @@ class AsyncBase(Generic[S]):
         report their outcome to this call."""
         if self._unfinished:
             while self._unfinished:
-                await asyncio.shield(self._unfinished[0])
-                self._unfinished.pop(0).result()
+                fut = self._unfinished[0]
+                try:
+                    await asyncio.shield(fut)
+                except asyncio.CancelledError:
+                    if not fut.done():
+                        raise  # this call was cancelled; the write is still the kernel's
+                except Exception:  # noqa: BLE001, S110 - reported below, once it has left the list
+                    pass
+                self._unfinished.pop(0)
+                try:
+                    fut.result()
+                except OSError as exc:
+                    # Reported to this call, once. As for a write its caller waited for, what
+                    # was staged after it is dropped and the size is taken from the file (a
+                    # whole-block direct write counted its end when it was sent).
+                    self._unfinished_staged = []
+                    self._after_failed_push(-1, None, exc, [], True)
+                    raise
             raw = self._raw
             if raw is not None and raw.appends_open():
                 # Appends that landed after their call was cancelled leave the position at the
@@ -665,6 +681,13 @@ class AsyncBase(Generic[S]):
             if data is None:
                 raw.disk_size = off  # a failure restores it (_after_failed_push)
                 fut = asyncio.ensure_future(_k.ftruncate(fd, off))
+            elif raw.direct and off >= 0 and not (off | len(data)) & (ALIGN - 1):
+                # Whole blocks: nothing around them to read first or to trim after. The engine
+                # writes a copy from aligned memory of its own. The size the partial writes go
+                # by is raised now: the next operation waits for this write (a cancelled
+                # caller's too: _finish_unfinished), and a failure takes it back from the file.
+                fut = get_engine().pwrite_direct(fd, data, off)
+                raw.disk_size = max(raw.disk_size, off + len(data))
             elif raw.direct and off >= 0:
                 fut = asyncio.ensure_future(self._direct_write(off, data))
             elif self._route == "thread":

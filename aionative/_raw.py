@@ -92,6 +92,29 @@ def direct_pread_sync(fd: int, n: int, pos: int) -> bytes:
         buf.close()
 
 
+def direct_pwrite_blocks(fd: int, data: Any, off: int) -> int:
+    """Write ``data`` (whole blocks at a block-aligned ``off``) through an O_DIRECT descriptor
+    from page-aligned memory of its own: the threads engine's ``pwrite_direct``."""
+    buf = direct_buffer(len(data))
+    done = 0
+    try:
+        buf[:len(data)] = data
+        view = memoryview(buf)[:len(data)]
+        try:
+            while done < len(view):
+                try:
+                    done += os.pwritev(fd, [view[done:]], off + done)
+                except OSError as exc:
+                    if done:  # how much reached the file, as the native engines report it
+                        setattr(exc, "characters_written", done)  # noqa: B010
+                    raise
+        finally:
+            view.release()
+    finally:
+        buf.close()
+    return done
+
+
 def direct_pwrite_sync(fd: int, off: int, data: bytes, disk_size: int) -> int:
     """Write ``data`` at ``off`` through an O_DIRECT descriptor (read-modify-write of partial
     edge blocks; the file is trimmed back if the aligned write went past its new end).

@@ -22,7 +22,15 @@ from operator import index
 from typing import Any, TypeVar
 
 from ._compat import KERNEL_RW_MAX
-from ._raw import bytes_like, c_int, check_read_alloc, direct_pread_sync, off_t, ssize_t
+from ._raw import (
+    bytes_like,
+    c_int,
+    check_read_alloc,
+    direct_pread_sync,
+    direct_pwrite_blocks,
+    off_t,
+    ssize_t,
+)
 
 T = TypeVar("T")
 
@@ -495,6 +503,17 @@ class ThreadsEngine:
         if not (0 <= fd < 1 << 31 and 0 <= offset < 1 << 63):
             fd, offset = _fd_offset(fd, offset)
         return self._submit(_pwrite, fd, _view(data, False), offset)
+
+    def pwrite_direct(self, fd: int, data: Any, offset: int) -> asyncio.Future[int]:
+        """An O_DIRECT write of whole blocks from aligned memory of the worker's own (see the
+        native engine's ``pwrite_direct``)."""
+        fd, offset = index(fd), index(offset)
+        if not (0 <= fd < 1 << 31 and 0 <= offset < 1 << 63):
+            fd, offset = _fd_offset(fd, offset)
+        data = bytes(_view(data, False))
+        if offset < 0:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        return self._submit(direct_pwrite_blocks, fd, data, offset)
 
     def write(self, fd: int, data: Any, offset: int, retry: bool = False
               ) -> asyncio.Future[int]:

@@ -64,6 +64,11 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         process's other threads, io_uring's ``iou-wrk`` workers among them), and the engine's
         system calls, wake-ups and inline writes a write (median run).
 
+    python -m bench.inproc w5-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
+        Random 4 KiB ``await f.pwrite(block, off)`` by N tasks on one ``aionative.open(path,
+        "r+b", buffering=0, direct=True)`` file of 64 MiB in ``bench/.data`` (written in full
+        first): writes/s, CPU µs a write and the engine's counters a write, as ``w2-direct``.
+
     python -m bench.inproc log-lines [--n 20000]
         A log shipper's appends: N lines of 100 bytes written to a file opened ``"ab"``, each
         followed by ``flush()`` (then again without the flushes), by the builtin ``open``,
@@ -594,18 +599,19 @@ async def _run_tasks(work: Callable[[int, list[bool]], Awaitable[None]], n: int,
     return t1 - t0, c0, c1, s0, s1
 
 
-async def _w2_cell(fd: int, blocks: int, n: int, seconds: float, f: Any = None) -> None:
+async def _w2_cell(blocks: int, n: int, seconds: float,
+                   one: Callable[[Any, int], Awaitable[Any]], what: str = "read") -> None:
+    """N tasks, each ``await one(buf, off)`` at random 4 KiB-aligned offsets among ``blocks``
+    (``buf``: the task's page-aligned 4 KiB of random bytes), for ``seconds``."""
     done = [0]
     marks: list[int] = []
 
-    async def reader(k: int, stop: list[bool]) -> None:
+    async def worker(k: int, stop: list[bool]) -> None:
         buf = mmap.mmap(-1, 4096)  # page-aligned, as O_DIRECT needs
         rnd = random.Random(k)
+        buf[:] = rnd.randbytes(4096)
         while not stop[0]:
-            if f is None:
-                await aionative.preadinto(fd, buf, rnd.randrange(blocks) << 12)
-            else:
-                await f.pread(4096, rnd.randrange(blocks) << 12)
+            await one(buf, rnd.randrange(blocks) << 12)
             done[0] += 1
         buf.close()
 
@@ -613,12 +619,12 @@ async def _w2_cell(fd: int, blocks: int, n: int, seconds: float, f: Any = None) 
         marks.append(done[0])
         return _cpu()
 
-    dt, c0, c1, s0, s1 = await _run_tasks(reader, n, 0.3, seconds, cpu_and_count)
+    dt, c0, c1, s0, s1 = await _run_tasks(worker, n, 0.3, seconds, cpu_and_count)
     ops = marks[1] - marks[0]
     per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}"
                     for k in ("batches", "syscalls", "wakeups", "flushes") if k in s1)
-    print(f"N={n}: {ops / dt / 1e3:.1f}k reads/s, {(c1 - c0) * 1e6 / ops:.1f} µs CPU a "
-          f"read; a read: {per}")
+    print(f"N={n}: {ops / dt / 1e3:.1f}k {what}s/s, {(c1 - c0) * 1e6 / ops:.1f} µs CPU a "
+          f"{what}; a {what}: {per}")
 
 
 async def w2_direct(ns: list[int], seconds: float, through_file: bool) -> None:
@@ -628,13 +634,42 @@ async def w2_direct(ns: list[int], seconds: float, through_file: bool) -> None:
     fd = os.open(paths[0], os.O_RDONLY | os.O_DIRECT)
     f = (await aionative.open(paths[0], "rb", buffering=0, direct=True)
          if through_file else None)
+
+    async def one(buf: Any, off: int) -> Any:
+        if f is None:
+            return await aionative.preadinto(fd, buf, off)
+        return await f.pread(4096, off)
+
     try:
         for n in ns:
-            await _w2_cell(fd, os.fstat(fd).st_size >> 12, n, seconds, f)
+            await _w2_cell(os.fstat(fd).st_size >> 12, n, seconds, one)
     finally:
         os.close(fd)
         if f is not None:
             await f.close()
+
+
+W5_DIRECT_SIZE = 64 << 20
+
+
+def _w5_direct_file() -> Path:
+    """A 64 MiB file in bench/.data, written in full (so no direct write allocates)."""
+    path = DATA_DIR / "w5-direct-64MiB.bin"
+    if not path.exists() or path.stat().st_size != W5_DIRECT_SIZE:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as out:
+            out.writelines(os.urandom(1 << 20) for _ in range(W5_DIRECT_SIZE >> 20))
+            os.fsync(out.fileno())
+    return path
+
+
+async def w5_direct(ns: list[int], seconds: float) -> None:
+    """Random 4 KiB ``await f.pwrite(block, off)`` on one ``aionative.open(path, "r+b",
+    buffering=0, direct=True)`` file, N tasks: O_DIRECT writes of whole blocks to the device."""
+    path = _w5_direct_file()
+    async with aionative.open(path, "r+b", buffering=0, direct=True) as f:
+        for n in ns:
+            await _w2_cell(W5_DIRECT_SIZE >> 12, n, seconds, f.pwrite, "write")
 
 
 def _thread_cpu() -> tuple[float, float]:
@@ -814,7 +849,7 @@ def main() -> None:
     ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
                                      "w6-turns", "w2-direct", "w3-seq", "w3-lag", "w5-write",
                                      "log-lines", "cold-whole", "w3-file", "w7-readline",
-                                     "cold-rand", "large-small"])
+                                     "cold-rand", "large-small", "w5-direct"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
@@ -860,6 +895,8 @@ def main() -> None:
     elif args.what == "w2-direct":
         coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0,
                          args.file)
+    elif args.what == "w5-direct":
+        coro = w5_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
     elif args.what == "log-lines":
         coro = log_lines((args.n or [20000])[0])
     elif args.what == "w3-file":

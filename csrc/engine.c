@@ -821,13 +821,53 @@ PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n)
     return engine_pread(e, args, n, "pread", PREAD_QUEUE);
 }
 
+/* A bytes object with `len` bytes (one DIO_ALIGN unit at least) of page-aligned room inside it,
+ * at *aligned: one unit larger than that, so the room can start on a page boundary. NULL with
+ * MemoryError for a length no allocation could hold. */
+static PyObject *aligned_bytes(uint64_t len, char **aligned)
+{
+    const uint64_t unit = DIO_ALIGN;
+    if (len < unit)
+        len = unit;
+    if (len > (uint64_t)PY_SSIZE_T_MAX - unit)
+        return PyErr_NoMemory();
+    PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(len + unit));
+    if (bytes)
+        *aligned = (char *)(((uintptr_t)PyBytes_AS_STRING(bytes) + unit - 1) &
+                            ~(uintptr_t)(unit - 1));
+    return bytes;
+}
+
+/* The slot of pread_direct or pwrite_direct: an operation on `fd` through `len` bytes at `buf`
+ * inside `bytes` (taken over: held by the slot until its last completion is reaped), at
+ * `off`. OP_NONE, with the error set and `bytes` released, if no slot could be had. */
+static uint32_t aligned_slot(engine_t *e, int kind, int fd, PyObject *bytes, char *buf,
+                             uint64_t len, int64_t off)
+{
+    uint32_t idx = slot_alloc(e);
+    if (idx == OP_NONE) {
+        Py_DECREF(bytes);
+        return OP_NONE;
+    }
+    op_t *op = engine_slot(e, idx);
+    op->kind = (uint8_t)kind;
+    op->fd = fd;
+    op->bytes = bytes;
+    op->buf = buf;
+    op->len = len;
+    op->off = off;
+    return idx;
+}
+
 /* An O_DIRECT read that asks the caller for no aligned memory: the kernel reads the
  * DIO_ALIGN-aligned range around [offset, offset + size) (one unit at least, so an empty read
- * still asks the file) into a bytes object the operation owns, one unit larger so that the
- * range can start on a page boundary inside it, and the result is the part asked for, copied
- * out when the completion is reaped. The file layer's direct reads (open(..., direct=True))
- * mapped a fresh buffer a read instead (mmap, the faults of pinning it, munmap): 29-33 µs
- * more CPU a 4 KiB read here than this path (docs/benchmarks.md, "Session 24"). */
+ * still asks the file) into a bytes object the operation owns (aligned_bytes), and the result
+ * is the part asked for, copied out when the completion is reaped. For files that have
+ * positions (regular files, block devices): on a pipe the block read would consume data past
+ * what was asked for (the file layer sends streams elsewhere). The file layer's direct
+ * reads (open(..., direct=True)) mapped a fresh buffer a read instead (mmap, the faults of
+ * pinning it, munmap): 29-33 µs more CPU a 4 KiB read here than this path
+ * (docs/benchmarks.md, "Session 24"). */
 static PyObject *Engine_pread_direct(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     int fd;
@@ -849,27 +889,51 @@ static PyObject *Engine_pread_direct(engine_t *e, PyObject *const *args, Py_ssiz
     uint64_t len = ((end + unit - 1) & ~(unit - 1)) - start;
     if (len < unit)
         len = unit;
-    if (len > (uint64_t)PY_SSIZE_T_MAX - unit)
-        return PyErr_NoMemory();
-    PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(len + unit));
-    if (!bytes)
+    char *buf = NULL;
+    PyObject *bytes = aligned_bytes(len, &buf);
+    uint32_t idx = bytes ? aligned_slot(e, OP_READ, fd, bytes, buf, len, (int64_t)start)
+                         : OP_NONE;
+    if (idx == OP_NONE)
         return NULL;
-    uint32_t idx = slot_alloc(e);
-    if (idx == OP_NONE) {
-        Py_DECREF(bytes);
-        return NULL;
-    }
     op_t *op = engine_slot(e, idx);
-    op->kind = OP_READ;
-    op->fd = fd;
-    op->bytes = bytes;
-    op->buf = (char *)(((uintptr_t)PyBytes_AS_STRING(bytes) + unit - 1) & ~(uintptr_t)(unit - 1));
-    op->len = len;
-    op->off = (int64_t)start;
     op->trim = 1;
     op->skip = (uint32_t)((uint64_t)off - start);
     op->want = (uint64_t)size;
     return engine_start(e, idx);
+}
+
+/* An O_DIRECT write of `data` from aligned memory the operation owns: a copy of it
+ * (aligned_bytes), so the caller's object needs no alignment and is not held. The offset and
+ * the length must suit the descriptor (whole blocks: the kernel answers EINVAL otherwise); the
+ * file layer sends only such writes here, and reads and rewrites partial blocks itself. */
+static PyObject *Engine_pwrite_direct(engine_t *e, PyObject *const *args, Py_ssize_t n)
+{
+    int fd;
+    int64_t off;
+    if (check_nargs("pwrite_direct", n, 3) < 0 || parse_fd(args[0], &fd) < 0 ||
+        parse_offset(args[2], &off) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (off < 0) {  /* io_uring would read -1 as "the file position" */
+        PyBuffer_Release(&view);
+        errno = EINVAL;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    /* Checked after the conversions: __index__ and __buffer__ may be Python code. */
+    if (!engine_usable(e)) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    char *buf = NULL;
+    uint64_t len = (uint64_t)view.len;
+    PyObject *bytes = aligned_bytes(len, &buf);
+    if (bytes && len)
+        memcpy(buf, view.buf, (size_t)len);
+    PyBuffer_Release(&view);
+    uint32_t idx = bytes ? aligned_slot(e, OP_WRITE, fd, bytes, buf, len, off) : OP_NONE;
+    return idx == OP_NONE ? NULL : engine_start(e, idx);
 }
 
 PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n)
@@ -1846,7 +1910,11 @@ static PyMethodDef Engine_methods[] = {
      "preadinto(fd, buffer, offset) -> Future[int]"},
     {"pread_direct", (PyCFunction)(void (*)(void))Engine_pread_direct, METH_FASTCALL,
      "pread_direct(fd, size, offset) -> Future[bytes]: an O_DIRECT read of the aligned range "
-     "around [offset, offset + size) into the engine's own aligned memory; the part asked for"},
+     "around [offset, offset + size) into the engine's own aligned memory; the part asked for "
+     "(regular files and block devices only)"},
+    {"pwrite_direct", (PyCFunction)(void (*)(void))Engine_pwrite_direct, METH_FASTCALL,
+     "pwrite_direct(fd, data, offset) -> Future[int]: an O_DIRECT write of a copy of data "
+     "made in the engine's own aligned memory (offset and length: whole blocks)"},
     {"read", (PyCFunction)(void (*)(void))Engine_read, METH_FASTCALL,
      "read(fd, size, offset) -> bytes | Future[bytes]: pread, completed inline (the bytes "
      "themselves) when the page cache holds the data and the iteration's budget allows"},
