@@ -704,7 +704,7 @@ class AsyncBase(Generic[S]):
                         eng = get_engine()
                         self._unfinished.append(eng.pwrite(fd, data, max(off, 0)))
                         if not isinstance(eng, ThreadsEngine):  # (its writes start at once)
-                            eng._flush()
+                            eng._send_now()
                         self._unfinished_staged = staged
                         raise
                     res = _write_or_queue(fd, data, max(off, 0), True)

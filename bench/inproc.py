@@ -622,7 +622,7 @@ async def _w2_cell(blocks: int, n: int, seconds: float,
     dt, c0, c1, s0, s1 = await _run_tasks(worker, n, 0.3, seconds, cpu_and_count)
     ops = marks[1] - marks[0]
     per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}"
-                    for k in ("batches", "syscalls", "wakeups", "flushes") if k in s1)
+                    for k in ("batches", "syscalls", "wakeups", "flushes", "woken") if k in s1)
     print(f"N={n}: {ops / dt / 1e3:.1f}k {what}s/s, {(c1 - c0) * 1e6 / ops:.1f} µs CPU a "
           f"{what}; a {what}: {per}")
 

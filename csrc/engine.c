@@ -18,8 +18,10 @@ unsigned long engine_fork_generation;
 PyObject *g_future_type;
 PyObject *g_str_loop;
 static PyObject *g_kw_loop;           /* ("loop",) */
+static PyObject *g_kw_context;        /* ("context",) */
 static PyObject *g_str_flush, *g_str_done, *g_str_set_result, *g_str_set_exception, *g_str_call_soon,
-    *g_str_is_closed, *g_str_characters_written;
+    *g_str_is_closed, *g_str_characters_written, *g_str_callbacks, *g_str_remove_done_callback,
+    *g_str_add_done_callback, *g_str_call_exception_handler, *g_str_message, *g_str_exception;
 static engine_t *g_engines;           /* list of live engines (for fork and counters) */
 gcounters_t g_count;
 int fault_errno[FP_COUNT];
@@ -446,6 +448,71 @@ static int future_resolve(PyObject *fut, PyObject *value, int is_exc)
     return r != NULL;
 }
 
+/* future_resolve for a future resolved in a loop callback of the engine (Engine_on_ready, the
+ * loop's Engine_flush): its done callbacks (the awaiting task's wake-up, gather's, shield's)
+ * are taken off it before it is resolved and kept in e->wake, and the callback calls them
+ * itself once its reap is over (engine_run_wakeups) instead of the future scheduling each
+ * with loop.call_soon. The tasks then run in the
+ * iteration that polled their completions, not the next one: on asyncio's loop each
+ * call_soon is a Handle built and run in Python, about half the user-space instructions of
+ * an O_DIRECT read at depth 64 (docs/benchmarks.md, "Session 24"), and at depth 1 the next
+ * read reaches the device one loop iteration (an epoll_wait and a pass of the loop) sooner.
+ * The callbacks are called as the future would have had them called: in order, each in its
+ * context, with the future as argument, after it is done. */
+static int future_resolve_collect(engine_t *e, PyObject *fut, PyObject *value, int is_exc)
+{
+    PyObject *cbs = PyObject_GetAttr(fut, g_str_callbacks);  /* None, or [(fn, context), ...] */
+    if (!cbs)
+        PyErr_Clear();
+    /* Copied: the list may be the future's own, which remove_done_callback edits. (A done
+     * future holds none: they were scheduled when it became done.) */
+    PyObject *taken = cbs && PyList_CheckExact(cbs) && PyList_GET_SIZE(cbs)
+                          ? PyList_GetSlice(cbs, 0, PyList_GET_SIZE(cbs)) : NULL;
+    Py_XDECREF(cbs);
+    Py_ssize_t n = taken ? PyList_GET_SIZE(taken) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ent = PyList_GET_ITEM(taken, i);
+        if (!PyTuple_CheckExact(ent) || PyTuple_GET_SIZE(ent) != 2 ||
+            !PyContext_CheckExact(PyTuple_GET_ITEM(ent, 1)))
+            n = 0;  /* not asyncio's shape: left to the future */
+    }
+    PyObject *item = n && (e->wake || (e->wake = PyList_New(0)))
+                         ? PyTuple_Pack(2, fut, taken) : NULL;
+    Py_ssize_t removed = 0;
+    for (; item && removed < n; removed++) {
+        PyObject *r = PyObject_CallMethodOneArg(
+            fut, g_str_remove_done_callback, PyTuple_GET_ITEM(PyList_GET_ITEM(taken, removed), 0));
+        if (!r)
+            break;
+        Py_DECREF(r);
+    }
+    int delivered = 0;
+    if (item && removed == n && PyList_Append(e->wake, item) == 0) {
+        delivered = future_resolve(fut, value, is_exc);  /* pending: no callbacks left to call */
+        if (!delivered)  /* (the future refused the value) nobody calls them */
+            PyList_SetSlice(e->wake, PyList_GET_SIZE(e->wake) - 1, PyList_GET_SIZE(e->wake),
+                            NULL);
+    } else {
+        /* Something failed on the way (MemoryError, an __eq__ that raised): what was taken
+         * off goes back, and the future calls its callbacks as any other. */
+        if (PyErr_Occurred())
+            PyErr_WriteUnraisable(fut);
+        for (Py_ssize_t i = 0; i < removed; i++) {
+            PyObject *ent = PyList_GET_ITEM(taken, i);
+            PyObject *args[3] = {fut, PyTuple_GET_ITEM(ent, 0), PyTuple_GET_ITEM(ent, 1)};
+            PyObject *r = PyObject_VectorcallMethod(g_str_add_done_callback, args, 2,
+                                                    g_kw_context);
+            if (!r)
+                PyErr_WriteUnraisable(fut);
+            Py_XDECREF(r);
+        }
+        delivered = future_resolve(fut, value, is_exc);
+    }
+    Py_XDECREF(item);
+    Py_XDECREF(taken);
+    return delivered;
+}
+
 /* The operation is over: the kernel holds nothing of it any more. Build its result, release
  * what it pinned, free the slot, then resolve the future (arbitrary code may run from the
  * releases and the resolution, so the slot is consistent before either). */
@@ -491,7 +558,8 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
     Py_XDECREF(keep);
     int delivered = 0;
     if (value) {
-        delivered = future_resolve(fut, value, is_exc);
+        delivered = e->collecting ? future_resolve_collect(e, fut, value, is_exc)
+                                  : future_resolve(fut, value, is_exc);
         Py_DECREF(value);
     }
     if (opened_fd >= 0 && !delivered)
@@ -1349,7 +1417,7 @@ static PyObject *Engine_supports(engine_t *e, PyObject *name)
 
 /* ---------------------------------------------------------------- cancellation */
 
-static PyObject *Engine_flush(engine_t *e, PyObject *unused);
+static PyObject *engine_flush(engine_t *e, int loop);
 
 static uint32_t engine_find(engine_t *e, PyObject *fut)
 {
@@ -1413,7 +1481,7 @@ PyObject *Engine_cancel(engine_t *e, PyObject *fut)
     engine_abandon(e, idx);
     /* The cancel request goes out now, not with the iteration's batch. */
     if (e->in_kernel) {
-        PyObject *r = Engine_flush(e, NULL);
+        PyObject *r = engine_flush(e, 0);
         if (!r)
             return NULL;
         Py_DECREF(r);
@@ -1502,6 +1570,130 @@ static void engine_send_settled(engine_t *e)
     e->deep = e->in_kernel > 0;
 }
 
+/* loop.call_soon(fn, fut, context=ctx): how the future would have called a callback. */
+static void wakeup_schedule(engine_t *e, PyObject *fn, PyObject *fut, PyObject *ctx)
+{
+    PyObject *loop = engine_loop(e);
+    PyObject *args[4] = {loop, fn, fut, ctx};
+    PyObject *h = loop ? PyObject_VectorcallMethod(g_str_call_soon, args, 3, g_kw_context)
+                       : NULL;
+    if (!h)
+        PyErr_WriteUnraisable(fn);
+    Py_XDECREF(h);
+}
+
+/* Schedule the callbacks of `wake` from future `i`'s callback `j` on (the exception set, if
+ * any, is kept). */
+static void wakeups_schedule_rest(engine_t *e, PyObject *wake, Py_ssize_t i, Py_ssize_t j)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    for (; i < PyList_GET_SIZE(wake); i++, j = 0) {
+        PyObject *item = PyList_GET_ITEM(wake, i);
+        PyObject *fut = PyTuple_GET_ITEM(item, 0), *cbs = PyTuple_GET_ITEM(item, 1);
+        for (; j < PyList_GET_SIZE(cbs); j++) {
+            PyObject *ent = PyList_GET_ITEM(cbs, j);
+            wakeup_schedule(e, PyTuple_GET_ITEM(ent, 0), fut, PyTuple_GET_ITEM(ent, 1));
+        }
+    }
+    PyErr_Restore(t, v, tb);
+}
+
+/* A callback raised (not SystemExit or KeyboardInterrupt): to the loop's exception handler,
+ * in the words of asyncio's Handle._run. */
+static void wakeup_report(engine_t *e, PyObject *fn, PyObject *fut)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb && v)
+        PyException_SetTraceback(v, tb);
+    PyObject *loop = engine_loop(e);
+    PyObject *msg = PyUnicode_FromFormat("Exception in callback %R(%R)", fn, fut);
+    PyObject *ctx = msg && v ? PyDict_New() : NULL;
+    PyObject *r = NULL;
+    if (ctx && loop && PyDict_SetItem(ctx, g_str_message, msg) == 0 &&
+        PyDict_SetItem(ctx, g_str_exception, v) == 0)
+        r = PyObject_CallMethodOneArg(loop, g_str_call_exception_handler, ctx);
+    if (!r)
+        PyErr_WriteUnraisable(fn);
+    Py_XDECREF(r);
+    Py_XDECREF(ctx);
+    Py_XDECREF(msg);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+}
+
+/* Call the done callbacks a loop callback of the engine took off the futures it resolved
+ * (future_resolve_collect), as the loop would have: in order, each in its context, an
+ * exception to the loop's exception handler. SystemExit and KeyboardInterrupt propagate, as
+ * from any callback, once the callbacks not yet called are scheduled (none is lost). */
+static int engine_run_wakeups(engine_t *e, PyObject *wake)
+{
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(wake); i++) {
+        PyObject *item = PyList_GET_ITEM(wake, i);
+        PyObject *fut = PyTuple_GET_ITEM(item, 0), *cbs = PyTuple_GET_ITEM(item, 1);
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(cbs); j++) {
+            PyObject *ent = PyList_GET_ITEM(cbs, j);
+            PyObject *fn = PyTuple_GET_ITEM(ent, 0), *ctx = PyTuple_GET_ITEM(ent, 1);
+            if (PyContext_Enter(ctx) < 0) {  /* (the context is running: the loop's turn) */
+                PyErr_Clear();
+                wakeup_schedule(e, fn, fut, ctx);
+                continue;
+            }
+            PyObject *r = PyObject_CallOneArg(fn, fut);
+            PyObject *t, *v, *tb;
+            PyErr_Fetch(&t, &v, &tb);
+            if (PyContext_Exit(ctx) < 0)
+                PyErr_WriteUnraisable(ctx);
+            PyErr_Restore(t, v, tb);
+            if (r) {
+                Py_DECREF(r);
+            } else if (PyErr_ExceptionMatches(PyExc_SystemExit) ||
+                       PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+                wakeups_schedule_rest(e, wake, i, j + 1);
+                return -1;
+            } else {
+                wakeup_report(e, fn, fut);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Start collecting the done callbacks of the futures a loop callback of the engine resolves
+ * (future_resolve_collect); 1 if this call does (a reap's Python code may call one from
+ * inside another: the outer one runs what both collect). */
+static int engine_collect(engine_t *e)
+{
+    int collect = !e->collecting;
+    e->collecting = 1;
+    return collect;
+}
+
+/* engine_leave for a loop callback that collected (`collect`: engine_collect's answer), then
+ * the callbacks collected called (engine_run_wakeups), or scheduled if the leave failed. */
+static PyObject *engine_leave_waking(engine_t *e, int collect)
+{
+    PyObject *wake = NULL;
+    if (collect) {
+        e->collecting = 0;
+        wake = e->wake;
+        e->wake = NULL;
+    }
+    PyObject *r = engine_leave(e);
+    if (wake) {
+        e->st.woken += (uint64_t)PyList_GET_SIZE(wake);
+        if (!r)
+            wakeups_schedule_rest(e, wake, 0, 0);
+        else if (engine_run_wakeups(e, wake) < 0)
+            Py_CLEAR(r);
+        Py_DECREF(wake);
+    }
+    return r;
+}
+
 static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
 {
     int ok = engine_callback_ok(e);
@@ -1510,6 +1702,7 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
     uint64_t sent = e->st.submitted;
     e->busy++;
     e->st.wakeups++;
+    int collect = engine_collect(e);
     inline_new_iteration(e);  /* the loop has polled */
     if (e->ops->pending) {
         /* io_uring: running completion work posts completions, which signals the eventfd
@@ -1526,10 +1719,13 @@ static PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
     }
     engine_pump(e);
     engine_settle(e, sent);
-    return engine_leave(e);
+    return engine_leave_waking(e, collect);
 }
 
-static PyObject *Engine_flush(engine_t *e, PyObject *unused)
+/* The iteration's flush (`loop`: run by the loop as the callback engine_schedule_flush
+ * scheduled, which calls the done callbacks of what it resolves itself, as Engine_on_ready
+ * does; else called from code a task runs, where no other task may run). */
+static PyObject *engine_flush(engine_t *e, int loop)
 {
     e->flush_scheduled = 0;
     /* Scheduled on the previous iteration: the loop has polled since. */
@@ -1545,10 +1741,21 @@ static PyObject *Engine_flush(engine_t *e, PyObject *unused)
         Py_RETURN_NONE;  /* only reopened the budget: nothing to submit or reap */
     }
     e->busy++;
+    int collect = loop && engine_collect(e);
     /* Cached buffered reads complete inside the submitting call: reap them now rather than
      * after an eventfd round trip through the loop's selector. */
     engine_send_settled(e);
-    return engine_leave(e);
+    return engine_leave_waking(e, collect);
+}
+
+static PyObject *Engine_flush(engine_t *e, PyObject *unused)
+{
+    return engine_flush(e, 1);
+}
+
+static PyObject *Engine_send_now(engine_t *e, PyObject *unused)
+{
+    return engine_flush(e, 0);
 }
 
 /* ---------------------------------------------------------------- life cycle */
@@ -1812,7 +2019,7 @@ static const struct { const char *name; size_t off; } stat_fields[] = {
     STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(withdrawn), STAT(cq_overflow),
     STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted), STAT(inline_retries),
     STAT(retries_refused), STAT(inline_writes), STAT(write_stalls), STAT(parked), STAT(slices_ended),
-    STAT(flushes),
+    STAT(flushes), STAT(woken),
 };
 
 static int dict_set_ull(PyObject *d, const char *k, unsigned long long v)
@@ -1986,7 +2193,10 @@ static PyMethodDef Engine_methods[] = {
      "cancel(future) -> bool: abandon the operation whose future this is"},
     {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS, "the eventfd the loop watches"},
     {"_on_ready", (PyCFunction)Engine_on_ready, METH_NOARGS, "eventfd reader callback"},
-    {"_flush", (PyCFunction)Engine_flush, METH_NOARGS, "submit the iteration's batch"},
+    {"_flush", (PyCFunction)Engine_flush, METH_NOARGS,
+     "submit the iteration's batch (the loop's callback: it wakes the tasks it completes)"},
+    {"_send_now", (PyCFunction)Engine_send_now, METH_NOARGS,
+     "submit what is prepared now, from code a task runs (completions' callbacks scheduled)"},
     {"close", (PyCFunction)Engine_close, METH_NOARGS,
      "wait for the kernel to finish every operation, then free the engine's resources"},
     {"stats", (PyCFunction)Engine_stats, METH_NOARGS, "counters"},
@@ -2080,9 +2290,20 @@ int engine_module_init(PyObject *m)
     INTERN(g_str_call_soon, "call_soon");
     INTERN(g_str_is_closed, "is_closed");
     INTERN(g_str_characters_written, "characters_written");
+    INTERN(g_str_callbacks, "_callbacks");
+    INTERN(g_str_remove_done_callback, "remove_done_callback");
+    INTERN(g_str_call_exception_handler, "call_exception_handler");
+    INTERN(g_str_message, "message");
+    INTERN(g_str_exception, "exception");
+    INTERN(g_str_add_done_callback, "add_done_callback");
 #undef INTERN
     g_kw_loop = PyTuple_Pack(1, g_str_loop);
     if (!g_kw_loop)
+        return -1;
+    PyObject *context = PyUnicode_InternFromString("context");
+    g_kw_context = context ? PyTuple_Pack(1, context) : NULL;
+    Py_XDECREF(context);
+    if (!g_kw_context)
         return -1;
     if (PyType_Ready(&Engine_Type) < 0)
         return -1;

@@ -163,6 +163,8 @@ typedef struct stats {
                                * not by the spent budget */
     uint64_t flushes;         /* flushes scheduled: loop callbacks (each costs the loop an
                                * iteration it might otherwise not have run) */
+    uint64_t woken;           /* futures whose done callbacks a wake-up or a flush called
+                               * itself (future_resolve_collect), not loop.call_soon */
 } stats_t;
 
 /* A parked caller: its read is done; it waits for a flush to hand it the result. */
@@ -276,6 +278,11 @@ typedef struct engine {
     PyObject *weakrefs;       /* the registry holds engines weakly: the loop's reader keeps
                                * an engine alive exactly as long as the loop is open */
     int flush_scheduled;
+    int collecting;           /* a loop callback (Engine_on_ready, the loop's flush) is reaping:
+                               * the futures it resolves hand their done callbacks to `wake`
+                               * (engine.c, future_resolve_collect) */
+    PyObject *wake;           /* owned; a list of (future, callbacks) while collecting, made
+                               * at the first; NULL otherwise */
     int deep;                 /* the last flush or early submission left operations with the
                                * kernel (a device or a worker has them): submit every
                                * EARLY_SUBMIT, and a read it would hold alone (engine_enqueue) */
