@@ -137,13 +137,15 @@ async def test_gather_shield_and_wait_for_over_woken_futures(
     fd, data, buf = direct
     eng: Any = aionative.get_engine()
     await _learn(eng, fd, buf)
-    bufs = [mmap.mmap(-1, 4096) for _ in range(4)]
+    bufs = [mmap.mmap(-1, CHUNK) for _ in range(4)]
     try:
-        futs = [eng.preadinto(fd, b, i * 4096) for i, b in enumerate(bufs)]
+        woken = aionative.engine_stats()["woken"]
+        futs = [eng.preadinto(fd, b, i * CHUNK) for i, b in enumerate(bufs)]
         got = await asyncio.gather(futs[0], asyncio.shield(futs[1]),
                                    asyncio.wait_for(futs[2], 5), futs[3])
-        assert got == [4096] * 4
-        assert [bytes(b) for b in bufs] == [data[i * 4096:(i + 1) * 4096] for i in range(4)]
+        assert got == [CHUNK] * 4
+        assert [bytes(b) for b in bufs] == [data[i * CHUNK:(i + 1) * CHUNK] for i in range(4)]
+        assert aionative.engine_stats()["woken"] - woken > 0
     finally:
         for b in bufs:
             b.close()
