@@ -448,6 +448,45 @@ static int future_resolve(PyObject *fut, PyObject *value, int is_exc)
     return r != NULL;
 }
 
+/* Give back to `fut` the callbacks of `taken` (its list before the engine began to take them
+ * off) that it no longer holds: each that finds no unmatched entry with the same function and
+ * context in what it holds now (compared by identity: remove_done_callback calls __eq__, which
+ * may raise, and may have taken an entry off before raising). A done future schedules each at
+ * once, as it would have. */
+static void callbacks_give_back(PyObject *fut, PyObject *taken)
+{
+    PyObject *cur = PyObject_GetAttr(fut, g_str_callbacks);
+    if (!cur)
+        PyErr_WriteUnraisable(fut);
+    Py_ssize_t ncur = cur && PyList_Check(cur) ? PyList_GET_SIZE(cur) : 0;
+    char *used = ncur ? PyMem_Calloc((size_t)ncur, 1) : NULL;
+    if (ncur && !used) {  /* (every one given back: some twice, none lost) */
+        PyErr_NoMemory();
+        PyErr_WriteUnraisable(fut);
+        ncur = 0;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(taken); i++) {
+        PyObject *ent = PyList_GET_ITEM(taken, i);
+        int held = 0;
+        for (Py_ssize_t j = 0; !held && j < ncur; j++) {
+            PyObject *c = PyList_GET_ITEM(cur, j);
+            held = !used[j] && PyTuple_Check(c) && PyTuple_GET_SIZE(c) == 2 &&
+                   PyTuple_GET_ITEM(c, 0) == PyTuple_GET_ITEM(ent, 0) &&
+                   PyTuple_GET_ITEM(c, 1) == PyTuple_GET_ITEM(ent, 1);
+            used[j] |= (char)held;
+        }
+        if (held)
+            continue;
+        PyObject *args[3] = {fut, PyTuple_GET_ITEM(ent, 0), PyTuple_GET_ITEM(ent, 1)};
+        PyObject *r = PyObject_VectorcallMethod(g_str_add_done_callback, args, 2, g_kw_context);
+        if (!r)
+            PyErr_WriteUnraisable(fut);
+        Py_XDECREF(r);
+    }
+    PyMem_Free(used);
+    Py_XDECREF(cur);
+}
+
 /* future_resolve for a future resolved in a loop callback of the engine (Engine_on_ready, the
  * loop's Engine_flush): its done callbacks (the awaiting task's wake-up, gather's, shield's)
  * are taken off it before it is resolved and kept in e->wake, and the callback calls them
@@ -489,23 +528,20 @@ static int future_resolve_collect(engine_t *e, PyObject *fut, PyObject *value, i
     int delivered = 0;
     if (item && removed == n && PyList_Append(e->wake, item) == 0) {
         delivered = future_resolve(fut, value, is_exc);  /* pending: no callbacks left to call */
-        if (!delivered)  /* (the future refused the value) nobody calls them */
+        if (!delivered) {
+            /* It refused the value (done meanwhile: a callback's __eq__ cancelled it, say):
+             * its callbacks go back to it, which schedules them. */
             PyList_SetSlice(e->wake, PyList_GET_SIZE(e->wake) - 1, PyList_GET_SIZE(e->wake),
                             NULL);
+            callbacks_give_back(fut, taken);
+        }
     } else {
         /* Something failed on the way (MemoryError, an __eq__ that raised): what was taken
          * off goes back, and the future calls its callbacks as any other. */
         if (PyErr_Occurred())
             PyErr_WriteUnraisable(fut);
-        for (Py_ssize_t i = 0; i < removed; i++) {
-            PyObject *ent = PyList_GET_ITEM(taken, i);
-            PyObject *args[3] = {fut, PyTuple_GET_ITEM(ent, 0), PyTuple_GET_ITEM(ent, 1)};
-            PyObject *r = PyObject_VectorcallMethod(g_str_add_done_callback, args, 2,
-                                                    g_kw_context);
-            if (!r)
-                PyErr_WriteUnraisable(fut);
-            Py_XDECREF(r);
-        }
+        if (item)  /* some may be off the future */
+            callbacks_give_back(fut, taken);
         delivered = future_resolve(fut, value, is_exc);
     }
     Py_XDECREF(item);
@@ -1600,8 +1636,9 @@ static void wakeups_schedule_rest(engine_t *e, PyObject *wake, Py_ssize_t i, Py_
 }
 
 /* A callback raised (not SystemExit or KeyboardInterrupt): to the loop's exception handler,
- * in the words of asyncio's Handle._run. */
-static void wakeup_report(engine_t *e, PyObject *fn, PyObject *fut)
+ * in the words of asyncio's Handle._run (no "handle": there is none). -1, with the exception
+ * set, if the handler raised SystemExit or KeyboardInterrupt, which propagate from there too. */
+static int wakeup_report(engine_t *e, PyObject *fn, PyObject *fut)
 {
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
@@ -1610,12 +1647,20 @@ static void wakeup_report(engine_t *e, PyObject *fn, PyObject *fut)
         PyException_SetTraceback(v, tb);
     PyObject *loop = engine_loop(e);
     PyObject *msg = PyUnicode_FromFormat("Exception in callback %R(%R)", fn, fut);
+    if (!msg) {  /* a repr that raised */
+        PyErr_Clear();
+        msg = PyUnicode_FromString("Exception in callback");
+    }
     PyObject *ctx = msg && v ? PyDict_New() : NULL;
     PyObject *r = NULL;
     if (ctx && loop && PyDict_SetItem(ctx, g_str_message, msg) == 0 &&
         PyDict_SetItem(ctx, g_str_exception, v) == 0)
         r = PyObject_CallMethodOneArg(loop, g_str_call_exception_handler, ctx);
-    if (!r)
+    int rc = 0;
+    if (!r && (PyErr_ExceptionMatches(PyExc_SystemExit) ||
+               PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)))
+        rc = -1;
+    else if (!r)
         PyErr_WriteUnraisable(fn);
     Py_XDECREF(r);
     Py_XDECREF(ctx);
@@ -1623,12 +1668,14 @@ static void wakeup_report(engine_t *e, PyObject *fn, PyObject *fut)
     Py_XDECREF(t);
     Py_XDECREF(v);
     Py_XDECREF(tb);
+    return rc;
 }
 
 /* Call the done callbacks a loop callback of the engine took off the futures it resolved
  * (future_resolve_collect), as the loop would have: in order, each in its context, an
- * exception to the loop's exception handler. SystemExit and KeyboardInterrupt propagate, as
- * from any callback, once the callbacks not yet called are scheduled (none is lost). */
+ * exception to the loop's exception handler. SystemExit and KeyboardInterrupt (from a
+ * callback, or from the handler) propagate, as from any callback, once the callbacks not yet
+ * called are scheduled (none is lost). */
 static int engine_run_wakeups(engine_t *e, PyObject *wake)
 {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(wake); i++) {
@@ -1651,11 +1698,10 @@ static int engine_run_wakeups(engine_t *e, PyObject *wake)
             if (r) {
                 Py_DECREF(r);
             } else if (PyErr_ExceptionMatches(PyExc_SystemExit) ||
-                       PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+                       PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) ||
+                       wakeup_report(e, fn, fut) < 0) {
                 wakeups_schedule_rest(e, wake, i, j + 1);
                 return -1;
-            } else {
-                wakeup_report(e, fn, fut);
             }
         }
     }

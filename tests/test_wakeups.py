@@ -13,6 +13,7 @@ import asyncio
 import contextvars
 import mmap
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -260,11 +261,14 @@ async def test_what_a_task_sends_at_once_schedules_the_wake_ups_it_reaps(
         task = asyncio.ensure_future(waiter())
         await asyncio.sleep(0)  # the task awaits the read
         gone = _device_read(eng, fd, buf, 2 * CHUNK)
-        time.sleep(0.05)  # noqa: ASYNC251 - the device answers; the loop polls nothing meanwhile
+        # The device answers; the loop polls nothing meanwhile. (200 ms: the device takes a
+        # few for each of these reads.)
+        time.sleep(0.2)  # noqa: ASYNC251
         woken = aionative.engine_stats()["woken"]
-        gone.cancel()
-        assert eng.cancel(gone)
-        if send == "send_now":
+        if send == "cancel":
+            gone.cancel()
+            assert eng.cancel(gone)
+        else:
             written = eng.pwrite(wfd, b"x", 0)  # a write: for the flush, not sent early
             eng._send_now()
         assert done.done()  # reaped inside the call, in this task
@@ -273,6 +277,85 @@ async def test_what_a_task_sends_at_once_schedules_the_wake_ups_it_reaps(
         assert bytes(other) == data[CHUNK:2 * CHUNK]
         if send == "send_now":
             assert await written == 1
+            assert await gone == CHUNK
     finally:
         other.close()
         os.close(wfd)
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_an_exception_handler_that_raises_keyboard_interrupt_stops_the_loop(
+        native_backend: str, exc: type[BaseException], loop: asyncio.AbstractEventLoop,
+        direct: tuple[int, bytes, mmap.mmap]) -> None:
+    """The loop's exception handler, called for a callback that raised, raising SystemExit or
+    KeyboardInterrupt in turn: it propagates, as from asyncio's own Handle._run (it was
+    reported as unraisable and the loop went on), and the callbacks after it still run."""
+    fd, _, buf = direct
+    seen: list[str] = []
+
+    def boom(f: asyncio.Future[int]) -> None:
+        raise ValueError("from a done callback")
+
+    def handler(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        seen.append("handler")
+        raise exc
+
+    async def main() -> None:
+        eng: Any = aionative.get_engine()
+        await _learn(eng, fd, buf)
+        fut = _device_read(eng, fd, buf, CHUNK)
+        fut.add_done_callback(boom)
+        fut.add_done_callback(lambda f: seen.append("after"))
+        await asyncio.sleep(30)  # the read's wake-up stops the loop
+
+    loop.set_exception_handler(handler)
+    main_task = loop.create_task(main())
+    with pytest.raises(exc):
+        loop.run_until_complete(main_task)
+    loop.set_exception_handler(None)
+    loop.run_until_complete(asyncio.sleep(0))
+    assert seen == ["handler", "after"]
+    main_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        loop.run_until_complete(main_task)
+    loop.run_until_complete(_close())
+
+
+class _RaisesOnCompare:
+    """A done callback that cannot be compared: ``remove_done_callback`` of any other
+    callback of its future compares them, and raises (after it took that one off)."""
+
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+
+    def __call__(self, f: asyncio.Future[int]) -> None:
+        self.seen.append("uncomparable")
+
+    def __eq__(self, other: object) -> bool:
+        raise ValueError("no comparing")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.asyncio
+async def test_callbacks_the_engine_could_not_take_off_are_called_by_the_future(
+        native_backend: str, direct: tuple[int, bytes, mmap.mmap],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taking a callback off a future compares it with the others (``==``), which may raise
+    (reported as unraisable): then every callback is the future's again, each called once."""
+    fd, _, buf = direct
+    eng: Any = aionative.get_engine()
+    await _learn(eng, fd, buf)
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    seen: list[str] = []
+    fut = _device_read(eng, fd, buf, 0)
+    fut.add_done_callback(lambda f: seen.append("first"))
+    fut.add_done_callback(_RaisesOnCompare(seen))
+    fut.add_done_callback(lambda f: seen.append("last"))
+    woken = aionative.engine_stats()["woken"]
+    assert await fut == CHUNK
+    await asyncio.sleep(0)
+    assert sorted(seen) == ["first", "last", "uncomparable"]
+    assert aionative.engine_stats()["woken"] == woken
+    assert [type(u.exc_value) for u in unraisable] == [ValueError]
