@@ -244,6 +244,19 @@ def _seek_refused(text: bool, offset: Any, whence: Any) -> bool:
     return False
 
 
+def _stopped_short(fut: asyncio.Future[Any], data: bytes | None) -> OSError | None:
+    """The error of a write future that succeeded with fewer bytes than ``data`` holds. The
+    engines carry on after a short piece, so that is a piece that moved nothing, and the file
+    layer counted the whole write when it staged it: an error, with ``characters_written``
+    (the native engines' words for what a failed write got through)."""
+    done = fut.result()
+    if data is None or not isinstance(done, int) or done >= len(data):
+        return None
+    exc = OSError(errno.EIO, f"write stopped after {done} of {len(data)} bytes")
+    setattr(exc, "characters_written", done)  # noqa: B010 - not typed on OSError
+    return exc
+
+
 class AsyncBase(Generic[S]):
     """What every async file shares: the call machinery and the members all modes have."""
 
@@ -278,7 +291,9 @@ class AsyncBase(Generic[S]):
         self._route = route     # "engine" | "stream" (engine reads at the fd's position) |
         #                         "thread" (streams without a kernel path)
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._unfinished: list[asyncio.Future[Any]] = []
+        # Writes a cancelled call left with the kernel: (future, offset, data, positional), as
+        # _push_items had them (see _after_failed_push).
+        self._unfinished: list[tuple[asyncio.Future[Any], int, bytes | None, bool]] = []
         self._unfinished_staged: list[tuple[int, bytes | None]] = []
 
     # --- the machinery --------------------------------------------------------------------
@@ -443,24 +458,28 @@ class AsyncBase(Generic[S]):
         report their outcome to this call."""
         if self._unfinished:
             while self._unfinished:
-                fut = self._unfinished[0]
+                fut, off, data, positional = self._unfinished[0]
                 try:
                     await asyncio.shield(fut)
                 except asyncio.CancelledError:
-                    if not fut.done():
-                        raise  # this call was cancelled; the write is still the kernel's
+                    task = asyncio.current_task()
+                    if not fut.cancelled() or task is not None and task.cancelling():
+                        raise  # this call was cancelled; the write stays first in the list
+                    # (the write's own future was cancelled: no outcome to report)
                 except Exception:  # noqa: BLE001, S110 - reported below, once it has left the list
                     pass
                 self._unfinished.pop(0)
-                try:
-                    fut.result()
-                except OSError as exc:
-                    # Reported to this call, once. As for a write its caller waited for, what
-                    # was staged after it is dropped and the size is taken from the file (a
-                    # whole-block direct write counted its end when it was sent).
-                    self._unfinished_staged = []
-                    self._after_failed_push(-1, None, exc, [], True)
-                    raise
+                exc = None if fut.cancelled() else fut.exception() or _stopped_short(fut, data)
+                if isinstance(exc, OSError):
+                    # Reported to this call, once, as for a write its caller waited for: what
+                    # was staged after it is dropped, the size is taken from the file (a
+                    # whole-block direct write counted its end when it was sent), and a
+                    # position at the write's end moves back to where the file stopped.
+                    staged, self._unfinished_staged = self._unfinished_staged, []
+                    self._after_failed_push(off, data, exc, staged, positional)
+                    raise exc
+                if exc is not None:
+                    raise exc
             raw = self._raw
             if raw is not None and raw.appends_open():
                 # Appends that landed after their call was cancelled leave the position at the
@@ -702,7 +721,8 @@ class AsyncBase(Generic[S]):
                         # submitted at once (a close may follow before the iteration's batch),
                         # as if it had been queued; the next call reports it, as below.
                         eng = get_engine()
-                        self._unfinished.append(eng.pwrite(fd, data, max(off, 0)))
+                        self._unfinished.append((eng.pwrite(fd, data, max(off, 0)), off, data,
+                                                 positional))
                         if not isinstance(eng, ThreadsEngine):  # (its writes start at once)
                             eng._send_now()
                         self._unfinished_staged = staged
@@ -715,14 +735,15 @@ class AsyncBase(Generic[S]):
                     try:
                         await asyncio.shield(fut)
                     except asyncio.CancelledError:
-                        if not fut.done():
-                            # The kernel has the data: let it finish; the next call reports it.
-                            self._unfinished.append(fut)
+                        if not fut.cancelled():
+                            # This call was cancelled, not the write: the kernel has (or had)
+                            # the data. The next call waits for it and reports how it went.
+                            self._unfinished.append((fut, off, data, positional))
                             self._unfinished_staged = staged
-                            raise
-                        if fut.cancelled():
-                            raise
-                        fut.result()
+                        raise
+                    short = _stopped_short(fut, data)
+                    if short is not None:
+                        raise short
                 except OSError as exc:
                     self._after_failed_push(off, data, exc, staged, positional)
                     raise
@@ -788,7 +809,14 @@ class AsyncBase(Generic[S]):
         if raw is None:
             return await self._in_executor(self._file.close)
         if not self._try_lock():
-            await self._lock()
+            try:
+                await self._lock()
+            except OSError:
+                # A write a cancelled call left failed, reported here (_finish_unfinished):
+                # the builtin's close() raises its flush's error with the file closed all the
+                # same. Closed, then raised (a second such write's error takes its place).
+                await self.close()
+                raise
         try:
             try:
                 self._run(self._file.close)

@@ -103,7 +103,10 @@ def direct_pwrite_blocks(fd: int, data: Any, off: int) -> int:
         try:
             while done < len(view):
                 try:
-                    done += os.pwritev(fd, [view[done:]], off + done)
+                    n = os.pwritev(fd, [view[done:]], off + done)
+                    if not n:  # no progress: short, as the native engines report it
+                        break
+                    done += n
                 except OSError as exc:
                     if done:  # how much reached the file, as the native engines report it
                         setattr(exc, "characters_written", done)  # noqa: B010
