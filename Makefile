@@ -47,7 +47,7 @@ ASAN_CI_TESTS := tests/test_ops.py tests/test_ops_hypothesis.py tests/test_kerne
 	tests/test_lines.py tests/test_signals.py tests/test_fuzz.py tests/test_soak.py \
 	tests/test_open_differential.py tests/test_open_lazy.py tests/test_calls.py \
 	tests/test_inline_writes.py tests/test_direct_files.py tests/test_wakeups.py
-asan-ci: $(STAMP) ## the sanitizer pass CI runs (~5 min): engine, fault, signal, fuzz, soak and differential tests, io_uring and linux_aio
+asan-ci: $(STAMP) ## the sanitizer pass CI runs (~12 min): engine, fault, signal, fuzz, soak and differential tests, io_uring and linux_aio
 	AIONATIVE_DIFF_EXAMPLES=60 $(MAKE) --no-print-directory asan PYTEST_ARGS='-q -k "not threads" $(ASAN_CI_TESTS)'
 
 test: build ## run the test suite on every available backend, on asyncio and uvloop
