@@ -55,11 +55,14 @@ def _device_read(eng: Any, fd: int, buf: mmap.mmap, off: int) -> asyncio.Future[
     raise AssertionError("every read was done inside its call")
 
 
-async def _learn(eng: Any, fd: int, buf: mmap.mmap) -> None:
-    """A first read: on Linux AIO the first read of a descriptor tries RWF_NOWAIT, which an
-    O_DIRECT read refuses (EAGAIN), and goes again; the engine remembers the descriptor."""
+async def _learned(fd: int, buf: mmap.mmap) -> Any:
+    """The running loop's engine, after a first read: on Linux AIO the first read of a
+    descriptor tries RWF_NOWAIT, which an O_DIRECT read refuses (EAGAIN), and goes again; the
+    engine remembers the descriptor."""
+    eng = aionative.get_engine()
     assert await eng.preadinto(fd, buf, 0) == CHUNK
     await asyncio.sleep(0.005)
+    return eng
 
 
 @pytest.mark.asyncio
@@ -69,7 +72,7 @@ async def test_a_device_read_wakes_its_task_inside_the_wake_up(
     reaped the read: the next read reaches the device in the same loop iteration. (Before, the
     future scheduled the task for the next iteration: it never resumed inside the callback.)"""
     fd, data, buf = direct
-    eng: Any = aionative.get_engine()
+    eng = await _learned(fd, buf)
     loop = asyncio.get_running_loop()
     in_wake_up = False
 
@@ -81,7 +84,6 @@ async def test_a_device_read_wakes_its_task_inside_the_wake_up(
         finally:
             in_wake_up = False
 
-    await _learn(eng, fd, buf)
     loop.remove_reader(eng.fileno())
     loop.add_reader(eng.fileno(), on_ready)
     inside = 0
@@ -106,8 +108,7 @@ async def test_a_device_read_wakes_its_task_inside_the_wake_up(
 async def test_callbacks_are_called_in_order_in_their_contexts_once_the_future_is_done(
         native_backend: str, direct: tuple[int, bytes, mmap.mmap]) -> None:
     fd, data, buf = direct
-    eng: Any = aionative.get_engine()
-    await _learn(eng, fd, buf)
+    eng = await _learned(fd, buf)
     seen: list[tuple[str, str, bool, int]] = []
 
     def callback(name: str) -> Any:
@@ -136,8 +137,7 @@ async def test_callbacks_are_called_in_order_in_their_contexts_once_the_future_i
 async def test_gather_shield_and_wait_for_over_woken_futures(
         native_backend: str, direct: tuple[int, bytes, mmap.mmap]) -> None:
     fd, data, buf = direct
-    eng: Any = aionative.get_engine()
-    await _learn(eng, fd, buf)
+    eng = await _learned(fd, buf)
     bufs = [mmap.mmap(-1, CHUNK) for _ in range(4)]
     try:
         woken = aionative.engine_stats()["woken"]
@@ -158,9 +158,8 @@ async def test_a_callback_that_raises_goes_to_the_exception_handler(
     """As from a callback the loop calls: the loop's exception handler gets it, with asyncio's
     message, and the callbacks after it still run."""
     fd, _, buf = direct
-    eng: Any = aionative.get_engine()
+    eng = await _learned(fd, buf)
     loop = asyncio.get_running_loop()
-    await _learn(eng, fd, buf)
     reported: list[dict[str, Any]] = []
     after: list[int] = []
 
@@ -211,8 +210,7 @@ def test_keyboard_interrupt_from_a_callback_loses_none_after_it(
         return await fut
 
     async def main() -> None:
-        eng: Any = aionative.get_engine()
-        await _learn(eng, fd, buf)
+        eng = await _learned(fd, buf)
         started["woken"] = aionative.engine_stats()["woken"]
         fut = _device_read(eng, fd, buf, 2 * CHUNK)
         fut.add_done_callback(interrupt)
@@ -248,8 +246,7 @@ async def test_what_a_task_sends_at_once_schedules_the_wake_ups_it_reaps(
     if send == "cancel" and native_backend == "linux_aio":
         pytest.skip("Linux AIO's cancel submits nothing, so it reaps nothing either")
     fd, data, buf = direct
-    eng: Any = aionative.get_engine()
-    await _learn(eng, fd, buf)
+    eng = await _learned(fd, buf)
     other = mmap.mmap(-1, CHUNK)
     wfd = os.open(tmp_path / "w.bin", os.O_RDWR | os.O_CREAT)
     try:
@@ -301,8 +298,7 @@ def test_an_exception_handler_that_raises_keyboard_interrupt_stops_the_loop(
         raise exc
 
     async def main() -> None:
-        eng: Any = aionative.get_engine()
-        await _learn(eng, fd, buf)
+        eng = await _learned(fd, buf)
         fut = _device_read(eng, fd, buf, CHUNK)
         fut.add_done_callback(boom)
         fut.add_done_callback(lambda f: seen.append("after"))
@@ -344,8 +340,7 @@ async def test_callbacks_the_engine_could_not_take_off_are_called_by_the_future(
     """Taking a callback off a future compares it with the others (``==``), which may raise
     (reported as unraisable): then every callback is the future's again, each called once."""
     fd, _, buf = direct
-    eng: Any = aionative.get_engine()
-    await _learn(eng, fd, buf)
+    eng = await _learned(fd, buf)
     unraisable: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     seen: list[str] = []
