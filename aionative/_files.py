@@ -248,7 +248,8 @@ def _stopped_short(fut: asyncio.Future[Any], data: bytes | None) -> OSError | No
     """The error of a write future that succeeded with fewer bytes than ``data`` holds. The
     engines carry on after a short piece, so that is a piece that moved nothing, and the file
     layer counted the whole write when it staged it: an error, with ``characters_written``
-    (the native engines' words for what a failed write got through)."""
+    (the native engines' words for what a failed write got through). A future that failed
+    raises its own error from here."""
     done = fut.result()
     if data is None or not isinstance(done, int) or done >= len(data):
         return None
@@ -470,15 +471,14 @@ class AsyncBase(Generic[S]):
                     pass
                 self._unfinished.pop(0)
                 exc = None if fut.cancelled() else fut.exception() or _stopped_short(fut, data)
-                if isinstance(exc, OSError):
-                    # Reported to this call, once, as for a write its caller waited for: what
-                    # was staged after it is dropped, the size is taken from the file (a
-                    # whole-block direct write counted its end when it was sent), and a
-                    # position at the write's end moves back to where the file stopped.
-                    staged, self._unfinished_staged = self._unfinished_staged, []
-                    self._after_failed_push(off, data, exc, staged, positional)
-                    raise exc
                 if exc is not None:
+                    if isinstance(exc, OSError):
+                        # Reported to this call, once, as for a write its caller waited for:
+                        # what was staged after it is dropped, the size is taken from the file
+                        # (a whole-block direct write counted its end when it was sent), and a
+                        # position at the write's end moves back to where the file stopped.
+                        staged, self._unfinished_staged = self._unfinished_staged, []
+                        self._after_failed_push(off, data, exc, staged, positional)
                     raise exc
             raw = self._raw
             if raw is not None and raw.appends_open():
