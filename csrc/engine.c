@@ -503,10 +503,14 @@ static int future_resolve_collect(engine_t *e, PyObject *fut, PyObject *value, i
     PyObject *cbs = PyObject_GetAttr(fut, g_str_callbacks);  /* None, or [(fn, context), ...] */
     if (!cbs)
         PyErr_Clear();
-    /* Copied: the list may be the future's own, which remove_done_callback edits. (A done
-     * future holds none: they were scheduled when it became done.) */
-    PyObject *taken = cbs && PyList_CheckExact(cbs) && PyList_GET_SIZE(cbs)
-                          ? PyList_GetSlice(cbs, 0, PyList_GET_SIZE(cbs)) : NULL;
+    /* A list only this call holds is a copy already (_asyncio's C future builds a new one
+     * on each ask, as a rule); any other is copied: it may be the future's own, which
+     * remove_done_callback edits. (A done future holds none: they were scheduled when it
+     * became done.) */
+    PyObject *taken = NULL;
+    if (cbs && PyList_CheckExact(cbs) && PyList_GET_SIZE(cbs))
+        taken = Py_REFCNT(cbs) == 1 ? Py_NewRef(cbs)
+                                    : PyList_GetSlice(cbs, 0, PyList_GET_SIZE(cbs));
     Py_XDECREF(cbs);
     Py_ssize_t n = taken ? PyList_GET_SIZE(taken) : 0;
     for (Py_ssize_t i = 0; i < n; i++) {
