@@ -20,6 +20,8 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
     python -m bench.inproc w1-inline [--n 64] [--loop asyncio|uvloop]
         W1's hot random 4 KiB reads by N tasks for 1 s, five times: CPU µs a read, reads/s
         and the share completed inline (the rest went through the kernel queue), median run.
+        ``--sync``: before each run, ``os.pread``s of the same offsets in a plain loop for
+        1 s (W1's synchronous loop), their median and the ratio of the two medians' reads/s.
     python -m bench.inproc w6-turns [--n 64] [--no-gc]
         W1's reads by N tasks and W6's 1 ms ticker on the asyncio loop for 1 s: the loop
         iterations' durations (``_run_once`` timed), the callbacks each starts with, and the
@@ -298,10 +300,26 @@ async def _w1_reader(fd: int, k: int, stop: list[bool], offs: list[int]) -> None
         j += 1
 
 
-async def w1_inline(n: int) -> None:
+def _w1_sync(fd: int, offs: list[int], seconds: float = 1.0) -> tuple[float, float]:
+    """The synchronous loop W1 compares with: ``os.pread``s of the same offsets for
+    ``seconds``; CPU µs a read and reads/s."""
+    pread, mask, j = os.pread, _W1_POOL - 1, 0
+    c0, t0 = _cpu(), time.perf_counter()
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        for _ in range(1024):
+            pread(fd, 4096, offs[j & mask])
+            j += 1
+    c1, t1 = _cpu(), time.perf_counter()
+    return (c1 - c0) * 1e6 / j, j / (t1 - t0)
+
+
+async def w1_inline(n: int, sync: bool = False) -> None:
     fd, offs = _w1_hot_fd(), _w1_offsets()
-    runs = []
+    runs, sync_runs = [], []
     for _ in range(5):
+        if sync:  # alternating with aionative's runs, in the same process
+            sync_runs.append(_w1_sync(fd, offs))
         stop = [False]
         tasks = [asyncio.ensure_future(_w1_reader(fd, k, stop, offs)) for k in range(n)]
         await asyncio.sleep(0.1)
@@ -316,6 +334,10 @@ async def w1_inline(n: int) -> None:
     os.close(fd)
     cpu, rate, share = sorted(runs)[len(runs) // 2]
     print(f"N={n}: {cpu:.2f} µs CPU a read, {rate / 1e3:.1f}k reads/s, {share:.0%} inline")
+    if sync:
+        sync_cpu, sync_rate = sorted(sync_runs)[len(sync_runs) // 2]
+        print(f"sync: {sync_cpu:.2f} µs CPU a read, {sync_rate / 1e3:.1f}k reads/s; "
+              f"N={n} ÷ sync {rate / sync_rate:.2f}×")
 
 
 async def w6_turns(n: int) -> None:
@@ -863,6 +885,8 @@ def main() -> None:
     ap.add_argument("--direct-min", type=int, default=None,
                     help="w3-file: the size from which a file's read(n) / readinto skips the "
                          "window (aionative._files._DIRECT_READ_MIN)")
+    ap.add_argument("--sync", action="store_true",
+                    help="w1-inline: the synchronous loop's reads of the same offsets too")
     ap.add_argument("--turn-min", type=int, default=None,
                     help="aionative.pread's TURN_MIN: from this size a read the spent budget "
                          "refused waits a turn instead of the queue (0: every read)")
@@ -911,7 +935,7 @@ def main() -> None:
         coro = w5_write(args.n or [1, 64], args.seconds if args.seconds != 6.0 else 2.0,
                         args.tmpfs)
     else:
-        coro = w1_inline((args.n or [64])[0])
+        coro = w1_inline((args.n or [64])[0], args.sync)
     if args.loop == "uvloop":
         import uvloop
         uvloop.run(coro)
