@@ -126,7 +126,9 @@ static PyObject *engine_new_future(engine_t *e)
  * the same inside a flush's submission, and a parked caller comes back after one turn where a
  * queued one takes two, with a kernel round trip. Parked callers are handed their results
  * oldest first, release_n per flush, so a turn's inline work stays near one budget however
- * many tasks read: each released caller runs a slice of PARK_SLICE reads and parks again. */
+ * many tasks read: each released caller runs a slice of PARK_SLICE reads and parks again.
+ * Released by the loop's flush, a caller's task runs inside it (future_resolve_collect): no
+ * Handle is built and run for it. */
 static PyObject *engine_park(engine_t *e, PyObject *res, int sliced)
 {
     if (e->park_len == e->park_cap) {
@@ -164,6 +166,7 @@ static parked_t park_pop(engine_t *e)
 }
 
 static int future_resolve(PyObject *fut, PyObject *value, int is_exc);
+static int future_resolve_collect(engine_t *e, PyObject *fut, PyObject *value, int is_exc);
 
 /* Hand up to release_n parked callers their results (those cancelled meanwhile are skipped);
  * any left wait for the next flush. release_n follows the budget: a turn that spent it had
@@ -178,7 +181,8 @@ static int engine_release(engine_t *e)
         e->release_n++;
     for (uint32_t given = 0; e->park_len && given < e->release_n;) {
         parked_t p = park_pop(e);
-        given += future_resolve(p.fut, p.res, 0);
+        given += e->collecting ? future_resolve_collect(e, p.fut, p.res, 0)
+                               : future_resolve(p.fut, p.res, 0);
         Py_DECREF(p.fut);
         Py_DECREF(p.res);
     }
@@ -1784,17 +1788,19 @@ static PyObject *engine_flush(engine_t *e, int loop)
     int ok = engine_callback_ok(e);
     if (ok <= 0)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
-    if (e->park_len && engine_release(e) < 0)
-        return NULL;
-    if (!e->in_kernel && !e->waiting) {
-        e->deep = 0;
-        Py_RETURN_NONE;  /* only reopened the budget: nothing to submit or reap */
-    }
     e->busy++;
     int collect = loop && engine_collect(e);
-    /* Cached buffered reads complete inside the submitting call: reap them now rather than
-     * after an eventfd round trip through the loop's selector. */
-    engine_send_settled(e);
+    if (e->park_len && engine_release(e) < 0) {
+        PyObject *r = engine_leave_waking(e, collect);
+        Py_XDECREF(r);
+        return NULL;
+    }
+    if (!e->in_kernel && !e->waiting)
+        e->deep = 0;  /* nothing to submit or reap */
+    else
+        /* Cached buffered reads complete inside the submitting call: reap them now rather
+         * than after an eventfd round trip through the loop's selector. */
+        engine_send_settled(e);
     return engine_leave_waking(e, collect);
 }
 

@@ -1281,6 +1281,21 @@ async def test_a_parked_caller_gets_its_read_after_one_turn(
 
 
 @pytest.mark.asyncio
+async def test_the_flush_that_releases_a_parked_caller_runs_its_task(
+        native_backend: str, parking: tuple[int, bytes]) -> None:
+    """The flush hands a parked caller its read and calls its task's wake-up itself (as it
+    does for the completions it reaps): the task runs inside the flush, in the iteration
+    after it parked, not one iteration later through ``loop.call_soon``."""
+    fd, data = parking
+    [task] = await _park(fd, 4096)
+    woken = aionative.engine_stats()["woken"]
+    await asyncio.sleep(0)  # the next iteration: the flush, then this task
+    assert task.done()
+    assert task.result() == data[1:4097]
+    assert aionative.engine_stats()["woken"] - woken == 1
+
+
+@pytest.mark.asyncio
 async def test_a_parked_caller_cancelled_is_passed_over(
         native_backend: str, parking: tuple[int, bytes]) -> None:
     """Cancelled while parked, a caller raises CancelledError (nothing of its read is with the
