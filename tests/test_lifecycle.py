@@ -192,6 +192,7 @@ def test_running_loop_answers_as_asyncio_does(loop_factory: LoopFactory) -> None
         loop = asyncio.get_running_loop()
         if sys.version_info >= (3, 12):
             return _core.running_loop() is None   # 3.12's asyncio is as fast: no shortcut
+        assert _core.running_loop() is loop  # remembered: the forked child must not take it
         pid = os.fork()
         if pid == 0:
             try:
