@@ -444,6 +444,12 @@ static void Call_finalize(call_t *c)
     PyErr_Restore(t, v, tb);
 }
 
+/* Calls freed, kept for the next ones (as CPython keeps lists and tuples): a Call lives for
+ * one await, and the allocator's round trip was a twentieth of a hot read's instructions. */
+#define CALL_FREE_MAX 64
+static call_t *call_free[CALL_FREE_MAX];
+static int call_nfree;
+
 static void Call_dealloc(call_t *c)
 {
     if (c->state == ST_NEW && PyObject_CallFinalizerFromDealloc((PyObject *)c) < 0)
@@ -451,8 +457,14 @@ static void Call_dealloc(call_t *c)
     PyObject_GC_UnTrack(c);
     if (c->weakrefs)
         PyObject_ClearWeakRefs((PyObject *)c);
-    call_forget(c);
-    PyObject_GC_Del(c);
+    if (c->state != ST_DONE)  /* (done: call_forget has cleared it) */
+        call_forget(c);
+    /* Not one finalized (never awaited, or collected in a cycle): the mark stays with the
+     * memory, and a Call made in it would not warn. */
+    if (call_nfree < CALL_FREE_MAX && !PyObject_GC_IsFinalized((PyObject *)c))
+        call_free[call_nfree++] = c;
+    else
+        PyObject_GC_Del(c);
 }
 
 static PyObject *Call_name(call_t *c, void *unused)
@@ -539,9 +551,13 @@ static PyObject *call_new(int kind, PyObject *const *args, Py_ssize_t n, PyObjec
         PyErr_SetString(PyExc_RuntimeError, "aionative._core.call_setup() was not called");
         return NULL;
     }
-    call_t *c = PyObject_GC_New(call_t, &Call_Type);
-    if (!c)
+    call_t *c;
+    if (call_nfree) {
+        c = call_free[--call_nfree];
+        PyObject_Init((PyObject *)c, &Call_Type);
+    } else if (!(c = PyObject_GC_New(call_t, &Call_Type))) {
         return NULL;
+    }
     for (int i = 0; i < 3; i++)
         c->args[i] = Py_NewRef(args[i]);
     c->eng = c->fut = c->it = c->weakrefs = NULL;

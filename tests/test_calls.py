@@ -14,6 +14,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,6 +175,31 @@ async def test_a_call_never_awaited_warns_and_writes_nothing(
     fd = _file(fd_of, tmp_path)
     with pytest.warns(RuntimeWarning, match="coroutine 'pwrite' was never awaited"):
         aionative.pwrite(fd, b"XY", 0)  # (freed at once: its last reference goes)
+    assert os.pread(fd, 6, 0) == b"abcdef"
+
+
+async def test_calls_made_in_the_memory_of_freed_ones_warn_as_new(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    """A Call's memory is kept for the next one (a free list): one made in the memory of an
+    awaited call, of a closed one, of one never awaited or of one collected in a cycle
+    (finalized: the mark stays with the memory) still warns when it is never awaited."""
+    fd = _file(fd_of, tmp_path)
+    for _ in range(200):  # the free list full of awaited calls
+        await aionative.pread(fd, 1, 0)
+    aionative.pread(fd, 1, 0).close()
+    for _ in range(3):
+        with pytest.warns(RuntimeWarning, match="coroutine 'pwrite' was never awaited"):
+            aionative.pwrite(fd, b"XY", 0)
+    for _ in range(3):
+        call = aionative.pread(fd, 1, 0)
+        cycle: list[Any] = [call]
+        cycle.append(cycle)
+        del call, cycle
+        with pytest.warns(RuntimeWarning, match="coroutine 'pread' was never awaited"):
+            gc.collect()
+    for _ in range(100):  # past the free list (64): new memory too
+        with pytest.warns(RuntimeWarning, match="coroutine 'pwrite' was never awaited"):
+            aionative.pwrite(fd, b"XY", 0)
     assert os.pread(fd, 6, 0) == b"abcdef"
 
 
