@@ -16,10 +16,11 @@
 
 unsigned long engine_fork_generation;
 PyObject *g_future_type;
+static PyObject *g_invalid_state_error;
 PyObject *g_str_loop;
 static PyObject *g_kw_loop;           /* ("loop",) */
 static PyObject *g_kw_context;        /* ("context",) */
-static PyObject *g_str_flush, *g_str_done, *g_str_set_result, *g_str_set_exception, *g_str_call_soon,
+static PyObject *g_str_flush, *g_str_set_result, *g_str_set_exception, *g_str_call_soon,
     *g_str_is_closed, *g_str_characters_written, *g_str_callbacks, *g_str_remove_done_callback,
     *g_str_add_done_callback, *g_str_call_exception_handler, *g_str_message, *g_str_exception;
 static engine_t *g_engines;           /* list of live engines (for fork and counters) */
@@ -435,21 +436,19 @@ static PyObject *op_result(op_t *op, int err, int *is_exc)
 /* 1 if the future took the value, 0 if nobody will see it (cancelled meanwhile). */
 static int future_resolve(PyObject *fut, PyObject *value, int is_exc)
 {
-    PyObject *done = PyObject_CallMethodNoArgs(fut, g_str_done);
-    if (!done) {
-        PyErr_WriteUnraisable(fut);
-        return 0;
-    }
-    int skip = (done == Py_True);
-    Py_DECREF(done);
-    if (skip)
-        return 0;  /* cancelled by its awaiting task: nobody wants the result */
+    /* Not asked whether it is done first (a method call every operation): a done future
+     * refuses the value with InvalidStateError, and only a cancelled one is done here. */
     PyObject *r = PyObject_CallMethodOneArg(fut, is_exc ? g_str_set_exception : g_str_set_result,
                                             value);
-    if (!r)
+    if (r) {
+        Py_DECREF(r);
+        return 1;
+    }
+    if (PyErr_ExceptionMatches(g_invalid_state_error))
+        PyErr_Clear();  /* cancelled by its awaiting task: nobody wants the result */
+    else
         PyErr_WriteUnraisable(fut);
-    Py_XDECREF(r);
-    return r != NULL;
+    return 0;
 }
 
 /* Give back to `fut` the callbacks of `taken` (its list before the engine began to take them
@@ -2334,12 +2333,12 @@ int engine_module_init(PyObject *m)
     if (!asyncio)
         return -1;
     g_future_type = PyObject_GetAttrString(asyncio, "Future");
+    g_invalid_state_error = PyObject_GetAttrString(asyncio, "InvalidStateError");
     Py_DECREF(asyncio);
-    if (!g_future_type)
+    if (!g_future_type || !g_invalid_state_error)
         return -1;
 #define INTERN(var, s) if (!((var) = PyUnicode_InternFromString(s))) return -1
     INTERN(g_str_loop, "loop");
-    INTERN(g_str_done, "done");
     INTERN(g_str_flush, "_flush");
     INTERN(g_str_set_result, "set_result");
     INTERN(g_str_set_exception, "set_exception");
