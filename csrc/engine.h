@@ -38,7 +38,7 @@
 
 /* While callers wait parked (see engine_park), a run of inline reads — one task's, between
  * two of its waits — may complete this many before its next read parks it in turn. */
-#define PARK_SLICE 8u
+#define PARK_SLICE 16u
 /* An inline write that took longer than this slept in the kernel (dirty-page throttling, a
  * page read from the disk, a journal or inode lock): writes then go to the kernel queue for
  * WRITE_CALM_NS (see inline_write). */
