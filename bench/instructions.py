@@ -19,7 +19,11 @@ first MiB of W1's file, read once first: the inline fast path of a hot read, as 
 ``direct:LOOP[:N]`` (``await aionative.preadinto(fd, buf, off)`` of 4 KiB by N tasks, 1 if
 not given, on an O_DIRECT descriptor of W1's file, on the ``asyncio`` or ``uvloop`` loop,
 against a blocking ``os.preadv``: W2 at depth N, where every read waits for the device and its
-cost to the loop is the call, the wake-up and the loop iterations between them).
+cost to the loop is the call, the wake-up and the loop iterations between them),
+``w1:LOOP:N`` (W1 at N readers: ``await aionative.pread(fd, 4096, off)`` of hot random
+offsets of W1's file by N tasks, the calls shared among them, against the synchronous loop's
+``os.pread``s of the same offsets; its budget is 7.5 ms, the default 150 µs scaled as valgrind
+slows the run, so that callers park and take turns as they do at full speed).
 Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the data in
 ``bench/.data``.
 """
@@ -44,7 +48,7 @@ WARMUP = 200
 
 
 def _path(case: str) -> str:
-    pattern = ("w1-hot-*.bin" if case.startswith(("read:", "pread:", "direct:"))
+    pattern = ("w1-hot-*.bin" if case.startswith(("read:", "pread:", "direct:", "w1:"))
                else "w7-lines-*.txt")
     found = sorted(DATA_DIR.glob(pattern))
     if not found:
@@ -92,6 +96,31 @@ async def _child(case: str, impl: str, calls: int) -> None:
         finally:
             os.close(fd)
         return
+    if kind == "w1":
+        n = int(arg.partition(":")[2] or 64)
+        fd = os.open(path, os.O_RDONLY)
+        blocks = os.fstat(fd).st_size >> 12
+        offs = [(i * 7919 % blocks) << 12 for i in range(4096)]
+        for off in offs:  # cached, as W1's file is
+            os.pread(fd, 4096, off)
+
+        async def w1_reader(k: int, count: int) -> None:
+            pread, j = aionative.pread, k * 64
+            for _ in range(count):
+                await pread(fd, 4096, offs[j & 4095])
+                j += 1
+
+        try:
+            if impl == "builtin":
+                p, j = os.pread, 0
+                for _ in range(total):
+                    p(fd, 4096, offs[j & 4095])
+                    j += 1
+            else:
+                await asyncio.gather(*(w1_reader(k, total // n) for k in range(n)))
+        finally:
+            os.close(fd)
+        return
     if kind == "pread":
         n, span = int(arg), 1 << 20
         fd = os.open(path, os.O_RDONLY)
@@ -129,7 +158,8 @@ async def _child(case: str, impl: str, calls: int) -> None:
 
 
 def _instructions(case: str, impl: str, calls: int) -> int:
-    env = dict(os.environ, PYTHONHASHSEED="0", AIONATIVE_INLINE_BUDGET_US="1000000")
+    budget = "7500" if case.startswith("w1:") else "1000000"
+    env = dict(os.environ, PYTHONHASHSEED="0", AIONATIVE_INLINE_BUDGET_US=budget)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
            "-m", "bench.instructions", "--child", case, impl, str(calls)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
@@ -147,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     args: Any = ap.parse_args(argv)
     if args.child:
         case, impl, calls = args.child
-        if case.startswith("direct:uvloop"):
+        if ":uvloop" in case:
             import uvloop
 
             uvloop.run(_child(case, impl, int(calls)))
@@ -161,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     for case in args.cases:
         per = {impl: (_instructions(case, impl, n2) - _instructions(case, impl, n1)) / (n2 - n1)
                for impl in ("aionative", "builtin")}
-        ours, ref = (("aionative.pread", "os.pread") if case.startswith("pread:")
+        ours, ref = (("aionative.pread", "os.pread") if case.startswith(("pread:", "w1:"))
                      else ("aionative.preadinto", "os.preadv") if case.startswith("direct:")
                      else ("aionative.open", "builtin open"))
         print(f"  {case:12} {ours} {per['aionative']:8.0f}   {ref} "
