@@ -170,8 +170,9 @@ static int future_resolve(PyObject *fut, PyObject *value, int is_exc);
 static int future_resolve_collect(engine_t *e, PyObject *fut, PyObject *value, int is_exc);
 
 /* Hand up to release_n parked callers their results (those cancelled meanwhile are skipped);
- * any left wait for the next flush. release_n follows the budget: a turn that spent it had
- * more callers than it could give a slice, one that did not could take another. */
+ * any left wait for the next flush (if it cannot be scheduled, they are all handed theirs
+ * now, and -1 returned with the error). release_n follows the budget: a turn that spent it
+ * had more callers than it could give a slice, one that did not could take another. */
 static int engine_release(engine_t *e)
 {
     int spent = e->spent_since_release;
@@ -187,7 +188,22 @@ static int engine_release(engine_t *e)
         Py_DECREF(p.fut);
         Py_DECREF(p.res);
     }
-    return e->park_len ? engine_schedule_flush(e) : 0;
+    if (!e->park_len || engine_schedule_flush(e) == 0)
+        return 0;
+    /* No flush to hand the rest their results: they get them now (none waits forever). */
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    while (e->park_len) {
+        parked_t p = park_pop(e);
+        if (e->collecting)
+            future_resolve_collect(e, p.fut, p.res, 0);
+        else
+            future_resolve(p.fut, p.res, 0);
+        Py_DECREF(p.fut);
+        Py_DECREF(p.res);
+    }
+    PyErr_Restore(t, v, tb);
+    return -1;
 }
 
 /* The engine is closing (or a forked child drops its copy): every parked caller gets its
@@ -1790,8 +1806,15 @@ static PyObject *engine_flush(engine_t *e, int loop)
     e->busy++;
     int collect = loop && engine_collect(e);
     if (e->park_len && engine_release(e) < 0) {
+        /* (The next flush could not be scheduled: every parked caller was released,
+         * and is woken all the same.) */
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
         PyObject *r = engine_leave_waking(e, collect);
+        if (!r)
+            PyErr_WriteUnraisable((PyObject *)e);
         Py_XDECREF(r);
+        PyErr_Restore(t, v, tb);
         return NULL;
     }
     if (!e->in_kernel && !e->waiting)

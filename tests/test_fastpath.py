@@ -1296,6 +1296,41 @@ async def test_the_flush_that_releases_a_parked_caller_runs_its_task(
 
 
 @pytest.mark.asyncio
+async def test_parked_callers_left_without_a_flush_get_their_reads_at_once(
+        native_backend: str, parking: tuple[int, bytes]) -> None:
+    """A flush releases some parked callers and schedules the next for the rest; if that
+    ``call_soon`` fails, the rest are handed their reads at once (none waits for a flush that
+    will not come), every released task is still woken, and the error goes to the loop's
+    exception handler as the flush's."""
+    fd, data = parking
+    loop = asyncio.get_running_loop()
+    if not hasattr(loop, "__dict__"):
+        pytest.skip("this loop takes no instance attributes: call_soon cannot be patched")
+    tasks = await _park(fd, *[100] * 20)
+    seen: list[BaseException] = []
+    loop.set_exception_handler(lambda _, ctx: seen.append(ctx["exception"]))
+    call_soon, failed = loop.call_soon, []
+
+    def refusing(cb: Any, *args: Any, **kw: Any) -> Any:
+        if getattr(cb, "__name__", "") == "_flush" and not failed:
+            failed.append(cb)
+            raise RuntimeError("no room for the flush")
+        return call_soon(cb, *args, **kw)
+
+    loop.call_soon = refusing  # type: ignore[method-assign]
+    try:
+        await asyncio.sleep(0)  # the flush: it releases some, and fails to schedule the next
+        assert failed, "the flush released every caller at once: nothing was refused"
+        assert all(t.done() for t in tasks)
+        assert [t.result() for t in tasks] == [data[1:101]] * 20
+        assert aionative.engine_stats()["parked_now"] == 0
+        assert len(seen) == 1 and isinstance(seen[0], RuntimeError)
+    finally:
+        del loop.call_soon
+        loop.set_exception_handler(None)
+
+
+@pytest.mark.asyncio
 async def test_a_parked_caller_cancelled_is_passed_over(
         native_backend: str, parking: tuple[int, bytes]) -> None:
     """Cancelled while parked, a caller raises CancelledError (nothing of its read is with the
