@@ -55,14 +55,16 @@ static Py_ssize_t turn_min = 64 << 10;
 
 static const char *const call_names[CALL_KINDS] = {"pread", "preadinto", "pwrite"};
 
+/* Done: everything it holds let go. The fields are cleared and the state set before any
+ * reference is dropped: a __del__ run by a drop may touch the call (send, close), and must
+ * find it done, not half cleared. */
 static void call_forget(call_t *c)
 {
-    for (int i = 0; i < 3; i++)
-        Py_CLEAR(c->args[i]);
-    Py_CLEAR(c->eng);
-    Py_CLEAR(c->fut);
-    Py_CLEAR(c->it);
+    PyObject *held[6] = {c->args[0], c->args[1], c->args[2], c->eng, c->fut, c->it};
+    c->args[0] = c->args[1] = c->args[2] = c->eng = c->fut = c->it = NULL;
     c->state = ST_DONE;
+    for (int i = 0; i < 6; i++)
+        Py_XDECREF(held[i]);
 }
 
 /* ---------------------------------------------------------------- the steps */
@@ -461,10 +463,13 @@ static void Call_dealloc(call_t *c)
         call_forget(c);
     /* Not one finalized (never awaited, or collected in a cycle): the mark stays with the
      * memory, and a Call made in it would not warn. */
-    if (call_nfree < CALL_FREE_MAX && !PyObject_GC_IsFinalized((PyObject *)c))
+#ifndef AIONATIVE_DEBUG  /* (a debug build frees every Call: ASan sees a dangling one) */
+    if (call_nfree < CALL_FREE_MAX && !PyObject_GC_IsFinalized((PyObject *)c)) {
         call_free[call_nfree++] = c;
-    else
-        PyObject_GC_Del(c);
+        return;
+    }
+#endif
+    PyObject_GC_Del(c);
 }
 
 static PyObject *Call_name(call_t *c, void *unused)

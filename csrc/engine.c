@@ -1805,25 +1805,34 @@ static PyObject *engine_flush(engine_t *e, int loop)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
     e->busy++;
     int collect = loop && engine_collect(e);
-    if (e->park_len && engine_release(e) < 0) {
-        /* (The next flush could not be scheduled: every parked caller was released,
-         * and is woken all the same.) */
-        PyObject *t, *v, *tb;
+    /* The next flush could not be scheduled (the release's call_soon failed): every parked
+     * caller was released and is woken all the same, and what waits to be sent is sent now
+     * (no flush would send it); the error is the flush's, unless a wake-up raises one of its
+     * own (SystemExit, KeyboardInterrupt), which goes first. */
+    PyObject *t = NULL, *v = NULL, *tb = NULL;
+    int failed = e->park_len && engine_release(e) < 0;
+    if (failed)
         PyErr_Fetch(&t, &v, &tb);
-        PyObject *r = engine_leave_waking(e, collect);
-        if (!r)
-            PyErr_WriteUnraisable((PyObject *)e);
-        Py_XDECREF(r);
-        PyErr_Restore(t, v, tb);
-        return NULL;
-    }
     if (!e->in_kernel && !e->waiting)
         e->deep = 0;  /* nothing to submit or reap */
     else
         /* Cached buffered reads complete inside the submitting call: reap them now rather
          * than after an eventfd round trip through the loop's selector. */
         engine_send_settled(e);
-    return engine_leave_waking(e, collect);
+    PyObject *r = engine_leave_waking(e, collect);
+    if (!failed)
+        return r;
+    if (r) {
+        Py_DECREF(r);
+        PyErr_Restore(t, v, tb);
+        return NULL;
+    }
+    PyObject *t2, *v2, *tb2;
+    PyErr_Fetch(&t2, &v2, &tb2);
+    PyErr_Restore(t, v, tb);
+    PyErr_WriteUnraisable((PyObject *)e);
+    PyErr_Restore(t2, v2, tb2);
+    return NULL;
 }
 
 static PyObject *Engine_flush(engine_t *e, PyObject *unused)
@@ -2356,9 +2365,10 @@ int engine_module_init(PyObject *m)
     if (!asyncio)
         return -1;
     g_future_type = PyObject_GetAttrString(asyncio, "Future");
-    g_invalid_state_error = PyObject_GetAttrString(asyncio, "InvalidStateError");
+    g_invalid_state_error = g_future_type ? PyObject_GetAttrString(asyncio, "InvalidStateError")
+                                          : NULL;
     Py_DECREF(asyncio);
-    if (!g_future_type || !g_invalid_state_error)
+    if (!g_invalid_state_error)
         return -1;
 #define INTERN(var, s) if (!((var) = PyUnicode_InternFromString(s))) return -1
     INTERN(g_str_loop, "loop");

@@ -203,6 +203,32 @@ async def test_calls_made_in_the_memory_of_freed_ones_warn_as_new(
     assert os.pread(fd, 6, 0) == b"abcdef"
 
 
+async def test_a_call_touched_by_a_finalizer_of_what_it_lets_go_is_done(
+        tmp_path: Path, fd_of: Callable[..., int]) -> None:
+    """Letting its arguments go runs their ``__del__``, which may touch the call: it finds it
+    done (as a finished coroutine), not half cleared (it crashed, reading cleared arguments)."""
+    fd = _file(fd_of, tmp_path)
+    seen: list[str] = []
+    holder: dict[str, Any] = {}
+
+    class Offset:
+        def __index__(self) -> int:
+            return 0
+
+        def __del__(self) -> None:
+            try:
+                holder["call"].send(None)
+            except BaseException as e:  # noqa: BLE001 - what the call says is the point
+                seen.append(f"{type(e).__name__}: {e}")
+
+    holder["call"] = aionative.pread(fd, 3, Offset())
+    holder["call"].close()  # lets the Offset go
+    assert seen == ["RuntimeError: cannot reuse already awaited coroutine"]
+    holder["call"] = call = aionative.pread(fd, 3, Offset())
+    assert await call == b"abc"  # let go inside its step: it is running, as a coroutine is
+    assert seen[1:] == ["ValueError: coroutine already executing"]
+
+
 async def test_a_call_cannot_be_entered_while_it_runs(
         tmp_path: Path, fd_of: Callable[..., int]) -> None:
     """Argument conversion runs Python code (``__index__``) inside the call's step: touching

@@ -18,6 +18,7 @@ import fcntl
 import gc
 import mmap
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1328,6 +1329,103 @@ async def test_parked_callers_left_without_a_flush_get_their_reads_at_once(
     finally:
         del loop.call_soon
         loop.set_exception_handler(None)
+
+
+@pytest.mark.asyncio
+async def test_a_flush_that_cannot_schedule_the_next_still_sends_what_waits(
+        native_backend: str, parking: tuple[int, bytes], tmp_path: Path) -> None:
+    """A kernel read prepared in the same iteration as the parks goes out with the flush that
+    failed to schedule the next one: no later flush would send it."""
+    fd, data = parking
+    loop = asyncio.get_running_loop()
+    if not hasattr(loop, "__dict__"):
+        pytest.skip("this loop takes no instance attributes: call_soon cannot be patched")
+    dfd = os.open(tmp_path / "f", os.O_RDONLY | os.O_DIRECT)
+    buf = mmap.mmap(-1, 8192)
+    eng = aionative.get_engine()
+    try:
+        tasks = await _park(fd, *[100] * 20)
+        kernel = asyncio.ensure_future(eng.readinto(dfd, buf, 4096))
+        loop.set_exception_handler(lambda _, ctx: None)
+        call_soon, failed = loop.call_soon, []
+
+        def refusing(cb: Any, *args: Any, **kw: Any) -> Any:
+            if getattr(cb, "__name__", "") == "_flush" and not failed:
+                failed.append(cb)
+                raise RuntimeError("no room for the flush")
+            return call_soon(cb, *args, **kw)
+
+        loop.call_soon = refusing  # type: ignore[method-assign]
+        try:
+            await asyncio.sleep(0)
+        finally:
+            del loop.call_soon
+            loop.set_exception_handler(None)
+        assert failed
+        assert await asyncio.wait_for(kernel, 5) == 8192
+        assert bytes(buf) == data[4096:4096 + 8192]
+        assert [t.result() for t in tasks] == [data[1:101]] * 20
+    finally:
+        buf.close()
+        os.close(dfd)
+
+
+def test_system_exit_from_a_task_woken_by_a_failing_flush_stops_the_loop(
+        native_backend: str, parking: tuple[int, bytes], loop: asyncio.AbstractEventLoop) -> None:
+    """SystemExit raised by a parked task that a failing flush wakes (its call_soon for the
+    next flush refused) stops the loop, as from any callback: the flush's own error is
+    reported, not raised in its place."""
+    fd, data = parking
+    if not hasattr(loop, "__dict__"):
+        pytest.skip("this loop takes no instance attributes: call_soon cannot be patched")
+    reported: list[str] = []
+    started: list[asyncio.Task[bytes]] = []
+
+    async def main() -> None:
+        async def reader(first: bool, last: bool) -> bytes:
+            if first:
+                await aionative.pread(fd, 100, 0)
+            got = await aionative.pread(fd, 100, 1)
+            if last:
+                raise SystemExit(3)
+            return got
+
+        tasks = [asyncio.create_task(reader(i == 0, i == 19)) for i in range(20)]
+        started.extend(tasks)
+        await asyncio.sleep(0)
+        assert aionative.engine_stats()["parked_now"] == 20
+        call_soon, failed = loop.call_soon, []
+
+        def refusing(cb: Any, *args: Any, **kw: Any) -> Any:
+            if getattr(cb, "__name__", "") == "_flush" and not failed:
+                failed.append(cb)
+                raise RuntimeError("no room for the flush")
+            return call_soon(cb, *args, **kw)
+
+        loop.call_soon = refusing  # type: ignore[method-assign]
+        try:
+            for _ in range(5):
+                await asyncio.sleep(0)
+        finally:
+            del loop.call_soon
+
+    def unraisable(u: Any) -> None:
+        reported.append(type(u.exc_value).__name__)
+
+    old_hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    try:
+        with pytest.raises(SystemExit):
+            loop.run_until_complete(main())
+    finally:
+        sys.unraisablehook = old_hook
+    assert reported == ["RuntimeError"]
+    assert [t.result() for t in started[:19]] == [data[1:101]] * 19  # woken, none lost
+    assert isinstance(started[19].exception(), SystemExit)
+    loop.run_until_complete(_close_engine())
+
+
+async def _close_engine() -> None:
+    aionative.close_engine()
 
 
 @pytest.mark.asyncio
