@@ -13,6 +13,7 @@ uvloop}.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import gc
@@ -1296,20 +1297,13 @@ async def test_the_flush_that_releases_a_parked_caller_runs_its_task(
     assert aionative.engine_stats()["woken"] - woken == 1
 
 
-@pytest.mark.asyncio
-async def test_parked_callers_left_without_a_flush_get_their_reads_at_once(
-        native_backend: str, parking: tuple[int, bytes]) -> None:
-    """A flush releases some parked callers and schedules the next for the rest; if that
-    ``call_soon`` fails, the rest are handed their reads at once (none waits for a flush that
-    will not come), every released task is still woken, and the error goes to the loop's
-    exception handler as the flush's."""
-    fd, data = parking
-    loop = asyncio.get_running_loop()
+@contextlib.contextmanager
+def _refusing_next_flush(loop: asyncio.AbstractEventLoop) -> Iterator[list[Any]]:
+    """``loop.call_soon`` refuses (RuntimeError) the first engine ``_flush`` scheduled inside
+    the block; the list yielded holds it once refused. Skips a loop that takes no instance
+    attributes (it cannot be patched)."""
     if not hasattr(loop, "__dict__"):
         pytest.skip("this loop takes no instance attributes: call_soon cannot be patched")
-    tasks = await _park(fd, *[100] * 20)
-    seen: list[BaseException] = []
-    loop.set_exception_handler(lambda _, ctx: seen.append(ctx["exception"]))
     call_soon, failed = loop.call_soon, []
 
     def refusing(cb: Any, *args: Any, **kw: Any) -> Any:
@@ -1320,14 +1314,32 @@ async def test_parked_callers_left_without_a_flush_get_their_reads_at_once(
 
     loop.call_soon = refusing  # type: ignore[method-assign]
     try:
-        await asyncio.sleep(0)  # the flush: it releases some, and fails to schedule the next
+        yield failed
+    finally:
+        del loop.call_soon
+
+
+@pytest.mark.asyncio
+async def test_parked_callers_left_without_a_flush_get_their_reads_at_once(
+        native_backend: str, parking: tuple[int, bytes]) -> None:
+    """A flush releases some parked callers and schedules the next for the rest; if that
+    ``call_soon`` fails, the rest are handed their reads at once (none waits for a flush that
+    will not come), every released task is still woken, and the error goes to the loop's
+    exception handler as the flush's."""
+    fd, data = parking
+    loop = asyncio.get_running_loop()
+    seen: list[BaseException] = []
+    try:
+        tasks = await _park(fd, *[100] * 20)
+        loop.set_exception_handler(lambda _, ctx: seen.append(ctx["exception"]))
+        with _refusing_next_flush(loop) as failed:
+            await asyncio.sleep(0)  # the flush: it releases some, fails to schedule the next
         assert failed, "the flush released every caller at once: nothing was refused"
         assert all(t.done() for t in tasks)
         assert [t.result() for t in tasks] == [data[1:101]] * 20
         assert aionative.engine_stats()["parked_now"] == 0
         assert len(seen) == 1 and isinstance(seen[0], RuntimeError)
     finally:
-        del loop.call_soon
         loop.set_exception_handler(None)
 
 
@@ -1338,29 +1350,18 @@ async def test_a_flush_that_cannot_schedule_the_next_still_sends_what_waits(
     failed to schedule the next one: no later flush would send it."""
     fd, data = parking
     loop = asyncio.get_running_loop()
-    if not hasattr(loop, "__dict__"):
-        pytest.skip("this loop takes no instance attributes: call_soon cannot be patched")
     dfd = os.open(tmp_path / "f", os.O_RDONLY | os.O_DIRECT)
     buf = mmap.mmap(-1, 8192)
     eng = aionative.get_engine()
     try:
         tasks = await _park(fd, *[100] * 20)
         kernel = asyncio.ensure_future(eng.readinto(dfd, buf, 4096))
-        loop.set_exception_handler(lambda _, ctx: None)
-        call_soon, failed = loop.call_soon, []
-
-        def refusing(cb: Any, *args: Any, **kw: Any) -> Any:
-            if getattr(cb, "__name__", "") == "_flush" and not failed:
-                failed.append(cb)
-                raise RuntimeError("no room for the flush")
-            return call_soon(cb, *args, **kw)
-
-        loop.call_soon = refusing  # type: ignore[method-assign]
-        try:
-            await asyncio.sleep(0)
-        finally:
-            del loop.call_soon
-            loop.set_exception_handler(None)
+        with _refusing_next_flush(loop) as failed:
+            loop.set_exception_handler(lambda _, ctx: None)
+            try:
+                await asyncio.sleep(0)
+            finally:
+                loop.set_exception_handler(None)
         assert failed
         assert await asyncio.wait_for(kernel, 5) == 8192
         assert bytes(buf) == data[4096:4096 + 8192]
@@ -1376,8 +1377,6 @@ def test_system_exit_from_a_task_woken_by_a_failing_flush_stops_the_loop(
     next flush refused) stops the loop, as from any callback: the flush's own error is
     reported, not raised in its place."""
     fd, data = parking
-    if not hasattr(loop, "__dict__"):
-        pytest.skip("this loop takes no instance attributes: call_soon cannot be patched")
     reported: list[str] = []
     started: list[asyncio.Task[bytes]] = []
 
@@ -1390,24 +1389,12 @@ def test_system_exit_from_a_task_woken_by_a_failing_flush_stops_the_loop(
                 raise SystemExit(3)
             return got
 
-        tasks = [asyncio.create_task(reader(i == 0, i == 19)) for i in range(20)]
-        started.extend(tasks)
+        started.extend(asyncio.create_task(reader(i == 0, i == 19)) for i in range(20))
         await asyncio.sleep(0)
         assert aionative.engine_stats()["parked_now"] == 20
-        call_soon, failed = loop.call_soon, []
-
-        def refusing(cb: Any, *args: Any, **kw: Any) -> Any:
-            if getattr(cb, "__name__", "") == "_flush" and not failed:
-                failed.append(cb)
-                raise RuntimeError("no room for the flush")
-            return call_soon(cb, *args, **kw)
-
-        loop.call_soon = refusing  # type: ignore[method-assign]
-        try:
+        with _refusing_next_flush(loop):
             for _ in range(5):
                 await asyncio.sleep(0)
-        finally:
-            del loop.call_soon
 
     def unraisable(u: Any) -> None:
         reported.append(type(u.exc_value).__name__)
