@@ -169,6 +169,18 @@ static parked_t park_pop(engine_t *e)
 static int future_resolve(PyObject *fut, PyObject *value, int is_exc);
 static int future_resolve_collect(engine_t *e, PyObject *fut, PyObject *value, int is_exc);
 
+/* Hand the oldest parked caller its result (its wake-up collected inside a loop callback of
+ * the engine, as for a completion); 1 if it took it (0: cancelled meanwhile). */
+static int park_release_one(engine_t *e)
+{
+    parked_t p = park_pop(e);
+    int given = e->collecting ? future_resolve_collect(e, p.fut, p.res, 0)
+                              : future_resolve(p.fut, p.res, 0);
+    Py_DECREF(p.fut);
+    Py_DECREF(p.res);
+    return given;
+}
+
 /* Hand up to release_n parked callers their results (those cancelled meanwhile are skipped);
  * any left wait for the next flush (if it cannot be scheduled, they are all handed theirs
  * now, and -1 returned with the error). release_n follows the budget: a turn that spent it
@@ -181,27 +193,15 @@ static int engine_release(engine_t *e)
         e->release_n -= e->release_n / 4 + (e->release_n > 1);
     else if (e->release_n < e->capacity)
         e->release_n++;
-    for (uint32_t given = 0; e->park_len && given < e->release_n;) {
-        parked_t p = park_pop(e);
-        given += e->collecting ? future_resolve_collect(e, p.fut, p.res, 0)
-                               : future_resolve(p.fut, p.res, 0);
-        Py_DECREF(p.fut);
-        Py_DECREF(p.res);
-    }
+    for (uint32_t given = 0; e->park_len && given < e->release_n;)
+        given += park_release_one(e);
     if (!e->park_len || engine_schedule_flush(e) == 0)
         return 0;
     /* No flush to hand the rest their results: they get them now (none waits forever). */
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
-    while (e->park_len) {
-        parked_t p = park_pop(e);
-        if (e->collecting)
-            future_resolve_collect(e, p.fut, p.res, 0);
-        else
-            future_resolve(p.fut, p.res, 0);
-        Py_DECREF(p.fut);
-        Py_DECREF(p.res);
-    }
+    while (e->park_len)
+        park_release_one(e);
     PyErr_Restore(t, v, tb);
     return -1;
 }
