@@ -155,7 +155,7 @@ def cold_file(path: Path, size: int) -> tuple[int, bytes]:
     Returns an open read-only descriptor (the caller closes it) and the data.
 
     The whole blocks go through O_DIRECT, so no page of them is ever cached. Evicting
-    written pages afterwards (fsync, then POSIX_FADV_DONTNEED) is best effort: now and then
+    written pages afterwards (evict: written back, then dropped) is best effort: now and then
     the kernel kept every page of a freshly written 16 MiB file, and a read meant to be cold
     was answered from the cache. Only the tail (and a filesystem without O_DIRECT) relies on
     eviction."""
@@ -165,12 +165,10 @@ def cold_file(path: Path, size: int) -> tuple[int, bytes]:
     try:
         done = _write_direct(path, data, whole)
         os.pwrite(fd, data[done:], done)
-        os.fsync(fd)
     finally:
         os.close(fd)
-    fd = os.open(path, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    return fd, data
+    evict(path)
+    return os.open(path, os.O_RDONLY), data
 
 
 _BLOCK = 4096  # a multiple of every logical block size O_DIRECT asks alignment to
@@ -212,6 +210,12 @@ def evict(path: Path) -> None:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+async def close_running_engine() -> None:
+    """``aionative.close_engine()`` as a coroutine: for a synchronous test that drives its own
+    loop (``loop.run_until_complete``) and must leave no engine behind."""
+    aionative.close_engine()
 
 
 async def cancel_after_a_turn(aw: Awaitable[T], turns: int = 1) -> T | None:

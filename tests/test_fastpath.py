@@ -34,7 +34,7 @@ from aionative import _kernelops as _k
 from aionative._kernelops import AT_FDCWD
 from aionative._threads import TURN_MIN, ThreadsEngine
 
-from .conftest import cold_file
+from .conftest import close_running_engine, cold_file
 
 HOT = 1 << 20
 
@@ -1408,11 +1408,7 @@ def test_system_exit_from_a_task_woken_by_a_failing_flush_stops_the_loop(
     assert reported == ["RuntimeError"]
     assert [t.result() for t in started[:19]] == [data[1:101]] * 19  # woken, none lost
     assert isinstance(started[19].exception(), SystemExit)
-    loop.run_until_complete(_close_engine())
-
-
-async def _close_engine() -> None:
-    aionative.close_engine()
+    loop.run_until_complete(close_running_engine())
 
 
 @pytest.mark.asyncio

@@ -23,6 +23,8 @@ import pytest
 
 import aionative
 
+from .conftest import close_running_engine
+
 SIZE = 8 << 20
 CHUNK = 1 << 20  # an O_DIRECT read of this much keeps the device far longer than a call or a
 # flush takes (a 4 KiB one is answered inside its call now and then)
@@ -184,10 +186,6 @@ async def test_a_callback_that_raises_goes_to_the_exception_handler(
     assert reported[0]["message"].startswith("Exception in callback ")
 
 
-async def _close() -> None:
-    aionative.close_engine()
-
-
 async def _woken() -> int:
     return aionative.engine_stats()["woken"]
 
@@ -229,7 +227,7 @@ def test_keyboard_interrupt_from_a_callback_loses_none_after_it(
     main_task.cancel()
     with pytest.raises(asyncio.CancelledError):
         loop.run_until_complete(main_task)
-    loop.run_until_complete(_close())
+    loop.run_until_complete(close_running_engine())
 
 
 @pytest.mark.asyncio
@@ -314,7 +312,7 @@ def test_an_exception_handler_that_raises_keyboard_interrupt_stops_the_loop(
     main_task.cancel()
     with pytest.raises(asyncio.CancelledError):
         loop.run_until_complete(main_task)
-    loop.run_until_complete(_close())
+    loop.run_until_complete(close_running_engine())
 
 
 class _RaisesOnCompare:
