@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install build debug asan asan-ci test soak fuzz bench bench-pytest bench-http docs lint typecheck clean
+.PHONY: help install build debug asan asan-ci test soak fuzz bench bench-pytest bench-http docs lint typecheck clean test-installed test-all dist
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -83,3 +83,16 @@ typecheck: $(STAMP) ## mypy --strict on the package
 
 clean: ## remove build products (keeps .venv)
 	rm -rf build aionative/*.so *.egg-info .pytest_cache .mypy_cache
+
+# The suite against the wheel users install: an sdist is built, a wheel built from it, and the
+# wheel installed with the test extras into a fresh venv ($(WHEEL_VENV)); AIONATIVE_TEST_INSTALLED=1
+# makes the tests import that installed package, never this tree (tests/test_installed.py).
+WHEEL_VENV ?= .venv-wheel
+test-installed: ## the suite against a wheel built from the sdist and installed in a fresh venv (PYTHON=...)
+	rm -rf $(WHEEL_VENV) && $(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q --upgrade pip build
+	$(WHEEL_VENV)/bin/python -m build -q --outdir $(WHEEL_VENV)/dist . >/dev/null
+	$(WHEEL_VENV)/bin/python -m pip install -q "$$(ls $(WHEEL_VENV)/dist/*.whl)[test]"
+	@cd $(WHEEL_VENV) && AIONATIVE_TEST_INSTALLED=1 bin/python -m pytest --rootdir "$(CURDIR)" \
+	 -c "$(CURDIR)/pyproject.toml" $(PYTEST_ARGS) "$(CURDIR)/tests"; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-installed: pytest collected no tests" >&2; exit 1; fi; exit $$rc

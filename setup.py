@@ -35,7 +35,7 @@ else:
             sources=["csrc/module.c", "csrc/engine.c", "csrc/inline.c", "csrc/lazy.c",
                      "csrc/lines.c", "csrc/call.c", "csrc/window.c", "csrc/uring.c",
                      "csrc/kaio.c"],
-            depends=["csrc/engine.h"],
+            depends=["csrc/engine.h", "csrc/uring_abi.h"],
             define_macros=macros,
             extra_compile_args=cflags,
             extra_link_args=ldflags,

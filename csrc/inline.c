@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
-#include <linux/openat2.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -223,6 +222,16 @@ int inline_empty_readinto(engine_t *e, int fd, int64_t off)
 #define STATX_MNT_ID_UNIQUE 0x00004000U  /* Linux 6.8 */
 #endif
 
+/* stx_mnt_id (5.8) is the u64 at byte 144 of struct statx on every kernel; a build host's
+ * older headers call those bytes spare, so it is read by its offset. */
+_Static_assert(sizeof(struct statx) == 256, "struct statx is the kernel's 256 bytes");
+static uint64_t statx_mnt_id(const struct statx *sx)
+{
+    uint64_t id;
+    memcpy(&id, (const char *)sx + 144, sizeof id);
+    return id;
+}
+
 /* Filesystems whose close(2) of a file opened read-only never waits: no ->flush method
  * (io_uring sends a close to a worker when the file has one: NFS, FUSE, CIFS, overlayfs). */
 static int local_fs(engine_t *e, int fd)
@@ -252,12 +261,12 @@ static int fd_statx(engine_t *e, int fd, unsigned mask, struct statx *sx)
 static int local_mount(engine_t *e, int fd, const struct statx *sx)
 {
     int unique = (sx->stx_mask & STATX_MNT_ID_UNIQUE) != 0;
-    if (unique && sx->stx_mnt_id == e->local_mnt)
+    if (unique && statx_mnt_id(sx) == e->local_mnt)
         return 1;
     if (!local_fs(e, fd))
         return 0;
     if (unique)
-        e->local_mnt = sx->stx_mnt_id;
+        e->local_mnt = statx_mnt_id(sx);
     return 1;
 }
 
@@ -402,12 +411,26 @@ static PyObject *handoff(engine_t *e, int fd, int keep_nonblock)
     return r;
 }
 
+/* openat2(2)'s argument (5.6) and RESOLVE_CACHED (5.12), written out: a build image's
+ * headers may predate them; the running kernel answers ENOSYS or EINVAL if it does. */
+struct openat2_how {
+    uint64_t flags;
+    uint64_t mode;
+    uint64_t resolve;
+};
+#ifndef RESOLVE_CACHED
+#define RESOLVE_CACHED 0x20
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+
 /* openat2(RESOLVE_CACHED) with O_NONBLOCK, the way io_uring first tries an openat inline:
  * the open completes only if every path component is in the dentry cache, and a FIFO or a
  * device cannot make it wait. -1 (errno set) when it cannot be done that way. */
 static int cached_open(engine_t *e, int dirfd, const char *path, int flags)
 {
-    struct open_how how = {.flags = (uint64_t)(unsigned)flags | O_CLOEXEC | O_NONBLOCK,
+    struct openat2_how how = {.flags = (uint64_t)(unsigned)flags | O_CLOEXEC | O_NONBLOCK,
                            .resolve = RESOLVE_CACHED};
     e->st.syscalls++;
     int fd = fault_hit(FP_INLINE) ? -1 : (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);

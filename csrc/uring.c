@@ -1,44 +1,16 @@
-/* io_uring backend: a ring set up with raw system calls (the uapi header is all we need), a
+/* io_uring backend: a ring set up with raw system calls (uring_abi.h is all we need), a
  * registered eventfd the loop watches, and the best setup flags the kernel accepts.
  */
 #include "engine.h"
+#include "uring_abi.h"
 
 #include <errno.h>
-#include <linux/io_uring.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-/* Flags newer than the build host's uapi header; the kernel answers EINVAL if it lacks them. */
-#ifndef IORING_SETUP_SUBMIT_ALL
-#define IORING_SETUP_SUBMIT_ALL (1U << 7)
-#endif
-#ifndef IORING_SETUP_COOP_TASKRUN
-#define IORING_SETUP_COOP_TASKRUN (1U << 8)
-#endif
-#ifndef IORING_SETUP_SINGLE_ISSUER
-#define IORING_SETUP_SINGLE_ISSUER (1U << 12)
-#endif
-#ifndef IORING_SETUP_DEFER_TASKRUN
-#define IORING_SETUP_DEFER_TASKRUN (1U << 13)
-#endif
-#ifndef IORING_SETUP_TASKRUN_FLAG
-#define IORING_SETUP_TASKRUN_FLAG (1U << 9)
-#endif
-#ifndef IORING_SQ_TASKRUN
-#define IORING_SQ_TASKRUN (1U << 1)
-#endif
-#ifndef IORING_FEAT_RW_CUR_POS
-#define IORING_FEAT_RW_CUR_POS (1U << 3)
-#endif
-
-/* Newer than the build host's uapi enum (6.9): SENDMSG_ZC (6.1, 48) + READ_MULTISHOT,
- * WAITID, FUTEX_WAIT, FUTEX_WAKE, FUTEX_WAITV, FIXED_FD_INSTALL. Used only when the kernel's
- * probe says opcode 55 is supported. */
-#define OPCODE_FTRUNCATE 55
 
 /* user_data of the engine's own ASYNC_CANCEL requests (slot indexes are below OP_NONE). */
 #define CANCEL_UD ((uint64_t)UINT64_MAX)
@@ -194,7 +166,7 @@ static const int kind_opcode[OP_KIND_COUNT] = {
     [OP_STATX] = IORING_OP_STATX,       [OP_UNLINKAT] = IORING_OP_UNLINKAT,
     [OP_RENAMEAT] = IORING_OP_RENAMEAT, [OP_MKDIRAT] = IORING_OP_MKDIRAT,
     [OP_SYMLINKAT] = IORING_OP_SYMLINKAT, [OP_LINKAT] = IORING_OP_LINKAT,
-    [OP_FALLOCATE] = IORING_OP_FALLOCATE, [OP_FTRUNCATE] = OPCODE_FTRUNCATE,
+    [OP_FALLOCATE] = IORING_OP_FALLOCATE, [OP_FTRUNCATE] = IORING_OP_FTRUNCATE,
 };
 
 int engine_supports(engine_t *e, int kind)

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib
 import mmap
 import os
+import sys
 import time
 import types
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
@@ -22,8 +24,37 @@ from typing import TypeVar
 
 import pytest
 
-import aionative
-from aionative import _backend, _kernelops
+
+def _import_installed_aionative() -> None:
+    """With ``AIONATIVE_TEST_INSTALLED=1`` the suite tests the installed package, not this
+    tree: pytest puts the directory above ``tests/`` first on ``sys.path`` (a checkout or an
+    unpacked sdist, whose ``aionative/`` has no built extension), so aionative is imported
+    with that directory left out, then the path is given back (``bench`` and ``examples``
+    still come from beside the tests). ``test_installed.py`` checks where it came from."""
+    if os.environ.get("AIONATIVE_TEST_INSTALLED") != "1":
+        return
+    source = Path(__file__).resolve().parent.parent
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if Path(p or os.curdir).resolve() != source]
+    try:
+        importlib.import_module("aionative")
+    finally:
+        sys.path[:] = saved
+
+
+_import_installed_aionative()
+
+import aionative  # noqa: E402
+from aionative import _backend, _kernelops  # noqa: E402
+
+if (sys.platform.startswith("linux") and _backend._core is None
+        and os.environ.get("AIONATIVE_ALLOW_NO_EXTENSION") != "1"):
+    # Every native test would skip as "backend unavailable": on Linux that is a broken build
+    # or install, not a platform without the engine. AIONATIVE_ALLOW_NO_EXTENSION=1 runs the
+    # threads backend alone on purpose.
+    raise ImportError(f"aionative imported from {aionative.__file__} without its C engine "
+                      f"({_backend._CORE_ERROR}); build it (make build) or install the wheel, "
+                      "or set AIONATIVE_ALLOW_NO_EXTENSION=1 to test the threads backend alone")
 
 try:
     import uvloop
