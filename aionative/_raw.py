@@ -211,7 +211,25 @@ def bytes_like(b: Any) -> memoryview:
         raise
 
 
+def _closed_fileio() -> io.FileIO:
+    f = io.FileIO(os.devnull, "rb")
+    f.close()
+    return f
+
+
+# FileIO.readinto converts its argument before it checks that the file is open, so a closed
+# one raises the TypeError an open one would, in the running Python's words (3.12 says
+# "argument 1", 3.11 and 3.13 "argument").
+_CLOSED_FILEIO = _closed_fileio()
+
+
 def _not_writable(b: Any) -> TypeError:
+    try:
+        _CLOSED_FILEIO.readinto(b)
+    except TypeError as exc:
+        return TypeError(*exc.args)
+    except ValueError:  # (b is a writable buffer after all: the file's closed-ness spoke)
+        pass
     return TypeError("readinto() argument must be read-write bytes-like object, not "
                      f"{arg_type_name(b)}")
 

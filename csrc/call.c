@@ -323,9 +323,9 @@ static PyObject *Call_next(call_t *c)
     return Call_send_method(c, Py_None);
 }
 
-/* Raise what throw(typ[, val[, tb]]) names, as a coroutine that has not started (or has
- * finished) does. */
-static PyObject *raise_thrown(PyObject *const *args, Py_ssize_t n)
+/* The exception throw(typ[, val[, tb]]) raises, built as a coroutine's throw() builds it (a
+ * new reference), or NULL with the TypeError a coroutine raises for arguments naming none. */
+static PyObject *thrown_exception(PyObject *const *args, Py_ssize_t n)
 {
     PyObject *typ = args[0], *val = n > 1 ? args[1] : Py_None, *tb = n > 2 ? args[2] : Py_None;
     if (tb != Py_None && !PyTraceBack_Check(tb)) {
@@ -346,35 +346,48 @@ static PyObject *raise_thrown(PyObject *const *args, Py_ssize_t n)
                      "BaseException, not %s", Py_TYPE(typ)->tp_name);
         return NULL;
     }
-    if (tb != Py_None) {
-        PyObject *t, *v, *old;
-        PyErr_Fetch(&t, &v, &old);
-        PyErr_NormalizeException(&t, &v, &old);
-        Py_XDECREF(old);
+    PyObject *t, *v, *old;
+    PyErr_Fetch(&t, &v, &old);
+    PyErr_NormalizeException(&t, &v, &old);
+    Py_XDECREF(t);
+    Py_XDECREF(old);
+    if (v && tb != Py_None)
         PyException_SetTraceback(v, tb);
-        PyErr_Restore(t, v, Py_NewRef(tb));
-    }
-    return NULL;
+    return v;  /* NULL: the exception's constructor raised, and that error is set */
 }
 
 /* throw(): into the wait; a CancelledError coming back out of the engine's future abandons
  * the operation (Engine.cancel), as `except CancelledError` in await_op did. Before the start
- * or during a turn nothing runs for the call. */
+ * or during a turn nothing runs for the call. The three-argument form is deprecated from 3.12
+ * on, with the warning a coroutine gives; the future's iterator is always thrown the one
+ * exception, so it does not warn a second time. */
 static PyObject *Call_throw(call_t *c, PyObject *const *args, Py_ssize_t n)
 {
     if (n < 1 || n > 3) {
         PyErr_Format(PyExc_TypeError, "throw expected 1 to 3 arguments, got %zd", n);
         return NULL;
     }
+#if PY_VERSION_HEX >= 0x030C0000
+    if (n > 1 && PyErr_WarnEx(PyExc_DeprecationWarning,
+                              "the (type, exc, tb) signature of throw() is deprecated, "
+                              "use the single-arg signature instead.", 1) < 0)
+        return NULL;
+#endif
     if (call_busy(c))
         return NULL;
+    PyObject *exc = thrown_exception(args, n);
+    if (!exc) {  /* the call is finished, as a failed throw finishes it (the operation goes on) */
+        call_forget(c);
+        return NULL;
+    }
     if (c->state != ST_WAIT) {
         call_forget(c);
-        return raise_thrown(args, n);
+        PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+        return NULL;
     }
     c->running = 1;
-    PyObject *a[4] = {c->it, args[0], n > 1 ? args[1] : NULL, n > 2 ? args[2] : NULL};
-    PyObject *res = PyObject_VectorcallMethod(str_throw, a, (size_t)n + 1, NULL);
+    PyObject *res = PyObject_CallMethodOneArg(c->it, str_throw, exc);
+    Py_DECREF(exc);
     if (!res && c->fut && PyErr_ExceptionMatches(cancelled_error)) {
         PyObject *t, *v, *tb;
         PyErr_Fetch(&t, &v, &tb);

@@ -78,11 +78,19 @@ static void slot_free(engine_t *e, uint32_t idx)
 
 /* ---------------------------------------------------------------- loop helpers */
 
-/* Borrowed reference to the loop, or NULL when it is gone. */
-static PyObject *engine_loop(engine_t *e)
+PyObject *engine_loop(engine_t *e)
 {
-    PyObject *loop = PyWeakref_GetObject(e->loop_ref);
-    return loop == Py_None ? NULL : loop;
+    PyObject *loop = NULL;
+    if (e->loop_ref && PyWeakref_GetRef(e->loop_ref, &loop) < 0)
+        PyErr_Clear();  /* not a weak reference: cannot happen, the engine made it */
+    return loop;
+}
+
+int engine_loop_is(engine_t *e, PyObject *loop)
+{
+    PyObject *own = engine_loop(e);
+    Py_XDECREF(own);
+    return own && own == loop;
 }
 
 int engine_schedule_flush(engine_t *e)
@@ -96,10 +104,13 @@ int engine_schedule_flush(engine_t *e)
     }
     /* A fresh bound method per batch: holding one would make the engine its own cycle. */
     PyObject *cb = PyObject_GetAttr((PyObject *)e, g_str_flush);
-    if (!cb)
+    if (!cb) {
+        Py_DECREF(loop);
         return -1;
+    }
     PyObject *h = PyObject_CallMethodOneArg(loop, g_str_call_soon, cb);
     Py_DECREF(cb);
+    Py_DECREF(loop);
     if (!h)
         return -1;
     Py_DECREF(h);
@@ -116,8 +127,10 @@ static PyObject *engine_new_future(engine_t *e)
         return NULL;
     }
     PyObject *args[2] = {NULL, loop};
-    return PyObject_Vectorcall(g_future_type, args + 1, 0 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                               g_kw_loop);
+    PyObject *fut = PyObject_Vectorcall(g_future_type, args + 1,
+                                        0 | PY_VECTORCALL_ARGUMENTS_OFFSET, g_kw_loop);
+    Py_DECREF(loop);
+    return fut;
 }
 
 /* ---------------------------------------------------------------- parked callers */
@@ -1639,6 +1652,7 @@ static void wakeup_schedule(engine_t *e, PyObject *fn, PyObject *fut, PyObject *
     if (!h)
         PyErr_WriteUnraisable(fn);
     Py_XDECREF(h);
+    Py_XDECREF(loop);
 }
 
 /* Schedule the callbacks of `wake` from future `i`'s callback `j` on (the exception set, if
@@ -1688,6 +1702,7 @@ static int wakeup_report(engine_t *e, PyObject *fn, PyObject *fut)
     Py_XDECREF(r);
     Py_XDECREF(ctx);
     Py_XDECREF(msg);
+    Py_XDECREF(loop);
     Py_XDECREF(t);
     Py_XDECREF(v);
     Py_XDECREF(tb);
@@ -1884,7 +1899,6 @@ static void engine_unwatch(engine_t *e)
     PyObject *loop = e->efd >= 0 && e->fork_gen == engine_fork_generation ? engine_loop(e) : NULL;
     if (!loop)
         return;
-    Py_INCREF(loop);
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
     PyObject *r = PyObject_CallMethod(loop, "remove_reader", "i", e->efd);
@@ -1951,6 +1965,7 @@ static int engine_do_close(engine_t *e)
         if (!c || c == Py_True)
             e->drop_results = 1;
         Py_XDECREF(c);
+        Py_DECREF(loop);
     }
     if (e->fork_gen == engine_fork_generation) {
         if (e->live && e->owner_thread != PyThread_get_thread_ident()) {
@@ -2193,8 +2208,8 @@ static PyObject *Engine_get_in_flight(engine_t *e, void *c)
 
 static PyObject *Engine_get_loop(engine_t *e, void *c)
 {
-    PyObject *loop = e->loop_ref ? engine_loop(e) : NULL;
-    return Py_NewRef(loop ? loop : Py_None);
+    PyObject *loop = engine_loop(e);
+    return loop ? loop : Py_NewRef(Py_None);
 }
 
 static PyMethodDef Engine_methods[] = {

@@ -14,6 +14,19 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* PyWeakref_GetRef (3.13; PyWeakref_GetObject's borrowed result is deprecated there): 1 and a
+ * strong reference in *obj while the referent lives, 0 and NULL once it is gone. */
+#if PY_VERSION_HEX < 0x030D0000
+static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
+{
+    PyObject *o = PyWeakref_GetObject(ref);
+    *obj = o && o != Py_None ? Py_NewRef(o) : NULL;
+    return o ? *obj != NULL : -1;
+}
+#define PyWeakref_GetRef aionative_weakref_getref
+#endif
+
+
 /* The most one read/write system call transfers (MAX_RW_COUNT); larger operations are split. */
 #define KERNEL_RW_MAX 0x7ffff000u
 
@@ -333,6 +346,11 @@ typedef struct engine {
     } b;
     struct engine *gprev, *gnext;  /* all engines of the process (GIL-protected) */
 } engine_t;
+
+/* The engine's event loop (a new reference), or NULL when it is gone. */
+PyObject *engine_loop(engine_t *e);
+/* Whether `loop` is the engine's event loop (no reference kept). */
+int engine_loop_is(engine_t *e, PyObject *loop);
 
 /* engine.c */
 extern PyTypeObject Engine_Type;

@@ -46,12 +46,15 @@ PyObject *running_engine(void)
 {
     PyObject *loop = running_loop_borrowed();
     if (loop && last_engine) {
-        engine_t *e = (engine_t *)PyWeakref_GetObject(last_engine);
-        if ((PyObject *)e != Py_None && !e->closed && e->loop_ref &&
-                PyWeakref_GetObject(e->loop_ref) == loop &&
+        PyObject *obj = NULL;
+        if (PyWeakref_GetRef(last_engine, &obj) < 0)
+            return NULL;
+        engine_t *e = (engine_t *)obj;
+        if (e && !e->closed && engine_loop_is(e, loop) &&
                 e->owner_thread == PyThread_get_thread_ident() &&
                 e->fork_gen == engine_fork_generation)
-            return Py_NewRef((PyObject *)e);
+            return obj;
+        Py_XDECREF(obj);
     }
     if (!get_engine_fn) {
         PyObject *mod = PyImport_ImportModule("aionative._engine");
@@ -80,7 +83,7 @@ static PyObject *lazy_engine(lazy_t *z)
 {
     engine_t *e = (engine_t *)z->eng;
     PyObject *loop = running_loop_borrowed();
-    if (loop && !e->closed && e->loop_ref && PyWeakref_GetObject(e->loop_ref) == loop)
+    if (loop && !e->closed && engine_loop_is(e, loop))
         return Py_NewRef(z->eng);
     return running_engine();
 }

@@ -61,3 +61,18 @@ def test_the_version_is_the_distributions() -> None:
         assert version("aionative") == aionative.__version__
     except PackageNotFoundError:
         pytest.skip("aionative is imported but not installed as a distribution")
+
+
+@pytest.mark.skipif(not sysconfig.get_config_var("Py_GIL_DISABLED"),
+                    reason="not a free-threaded CPython build")
+def test_a_free_threaded_interpreter_runs_the_engine_with_the_gil() -> None:
+    # The extension declares no Py_mod_gil slot: its process-wide state (engine list, Linux
+    # AIO context pool, call free list) is not made thread-safe, so a free-threaded CPython
+    # turns the GIL on when it is imported, as documented in the README.
+    import subprocess
+    code = ("import sys, warnings; warnings.simplefilter('ignore'); "
+            "import aionative._core; print(sys._is_gil_enabled())")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env).stdout.strip()
+    assert out == "True"

@@ -125,8 +125,31 @@ async def test_errors_match_os(tmp_path: Path) -> None:
     ]
     for sync, ours in cases:
         assert await _aerr(ours()) == _err(sync)
-    with pytest.raises(ValueError, match="embedded null byte"):
-        await k.stat("a\0b")
+
+
+
+@pytest.mark.parametrize("bad", ["a\0b", b"a\0b"], ids=["str", "bytes"])
+async def test_a_null_in_a_path_raises_the_builtins_own_words(tmp_path: Path,
+                                                              bad: str | bytes) -> None:
+    ok = os.fsencode(tmp_path / "ok") if isinstance(bad, bytes) else str(tmp_path / "ok")
+    cases = [
+        (lambda: os.stat(bad), lambda: k.stat(bad)),
+        (lambda: os.stat(bad, follow_symlinks=False), lambda: k.stat(bad, follow_symlinks=False)),
+        (lambda: os.open(bad, os.O_RDONLY), lambda: k.open_fd(bad, os.O_RDONLY)),
+        (lambda: os.unlink(bad), lambda: k.unlink(bad)),
+        (lambda: os.rmdir(bad), lambda: k.rmdir(bad)),
+        (lambda: os.mkdir(bad), lambda: k.mkdir(bad)),
+        (lambda: os.rename(bad, ok), lambda: k.rename(bad, ok)),
+        (lambda: os.rename(ok, bad), lambda: k.rename(ok, bad)),
+        (lambda: os.link(ok, bad), lambda: k.link(ok, bad)),
+        (lambda: os.symlink(ok, bad), lambda: k.symlink(ok, bad)),
+    ]
+    for sync, ours in cases:
+        with pytest.raises(ValueError) as theirs:
+            sync()
+        with pytest.raises(ValueError) as mine:
+            await ours()
+        assert str(mine.value) == str(theirs.value)
 
 
 async def test_cancelled_opens_leak_no_descriptor(tmp_path: Path) -> None:
