@@ -8,10 +8,12 @@ seccomp profiles, gVisor, ``kernel.io_uring_disabled``); Linux AIO usually survi
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Final, Literal
 
 BackendName = Literal["io_uring", "linux_aio", "threads"]
@@ -31,11 +33,26 @@ class BackendUnavailableError(RuntimeError):
     """A backend that was asked for by name cannot be used here; the message says why."""
 
 
+# Errors of the moment, not of the kernel or its configuration: out of descriptors, a
+# system-wide table full, Linux AIO's fs.aio-max-nr used up by other contexts. A probe or an
+# engine that fails with one is not remembered as unavailable: the next engine asks again.
+TRANSIENT_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.EINTR})
+
+
 @dataclass(frozen=True)
 class Probe:
     available: bool
     reason: str = ""
     setup_flags: int = 0
+    errno: int = 0  # the system call's error, when unavailable
+
+    @property
+    def transient(self) -> bool:
+        return not self.available and self.errno in TRANSIENT_ERRNOS
+
+    def error(self) -> OSError:
+        """The failure as the OSError the system call raised."""
+        return OSError(self.errno, os.strerror(self.errno))
 
 
 @dataclass
@@ -54,10 +71,10 @@ def _run_probe(name: BackendName) -> Probe:
     if _core is None:
         return Probe(False, _CORE_ERROR or "native extension unavailable")
     if name == "io_uring":
-        ok, flags, reason = _core.probe_io_uring()
-        return Probe(ok, reason, flags)
-    ok, reason = _core.probe_linux_aio()
-    return Probe(ok, reason)
+        ok, flags, reason, err = _core.probe_io_uring()
+        return Probe(ok, reason, flags, err)
+    ok, reason, err = _core.probe_linux_aio()
+    return Probe(ok, reason, errno=err)
 
 
 def probe(name: BackendName) -> Probe:
@@ -65,7 +82,9 @@ def probe(name: BackendName) -> Probe:
     with _lock:
         p = _state.probes.get(name)
         if p is None:
-            p = _state.probes[name] = _run_probe(name)
+            p = _run_probe(name)
+            if not p.transient:
+                _state.probes[name] = p
         return p
 
 
@@ -103,9 +122,11 @@ def requested_backend() -> tuple[BackendName | None, str]:
     return None, "automatic"
 
 
-def choose(name: str | None = None) -> tuple[BackendName, dict[str, str]]:
+def choose(name: str | None = None, passed_over: Mapping[str, str] | None = None
+           ) -> tuple[BackendName, dict[str, str]]:
     """Pick a backend: ``name`` if given, else the default or environment, else the best
-    available. Returns it with the reasons the better ones were rejected."""
+    available. Returns it with the reasons the better ones were rejected. ``passed_over``:
+    backends that failed just now for a passing reason, skipped this once with it."""
     if name is not None:
         wanted: BackendName | None = _validate(name, "backend")
         source = "argument"
@@ -114,12 +135,17 @@ def choose(name: str | None = None) -> tuple[BackendName, dict[str, str]]:
     rejected: dict[str, str] = {}
     for b in BACKENDS:
         p = probe(b)
+        if passed_over and b in passed_over and wanted is None:
+            rejected[b] = passed_over[b]
+            continue
         if wanted is not None and b != wanted:
             rejected[b] = f"not requested ({source} asked for {wanted})" if BACKENDS.index(
                 b) < BACKENDS.index(wanted) else ""
             continue
         if p.available:
             return b, {k: v for k, v in rejected.items() if v}
+        if wanted is not None and p.transient:
+            raise p.error()
         if wanted is not None:
             raise BackendUnavailableError(f"aionative backend {b!r} ({source}) is unavailable: {p.reason}")
         rejected[b] = p.reason

@@ -180,8 +180,9 @@ _tls = threading.local()              # .loop (weakref) / .entry: this thread's 
 
 
 def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
+    passed_over: dict[str, str] = {}
     while True:
-        name, rejected = _backend.choose(backend)
+        name, rejected = _backend.choose(backend, passed_over)
         engine: EngineLike
         budget = inline_budget(name)
         if name == "threads":
@@ -192,10 +193,19 @@ def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
         try:
             engine = _backend._core.Engine(name, loop)
         except OSError as exc:
-            # It probed fine, yet cannot be set up now (ENOMEM from a locked-memory limit,
-            # EAGAIN from an exhausted aio-max-nr, …): fall back unless it was asked for.
+            # It probed fine, yet cannot be set up now: fall back unless it was asked for. A
+            # passing error (out of descriptors, aio-max-nr used up by others: EMFILE, ENFILE,
+            # EAGAIN) is raised as itself when the backend was asked for, and passes the
+            # backend over for this engine alone; any other (ENOMEM from a locked-memory
+            # limit) makes it unavailable in this process.
             reason = f"engine setup failed: {exc}"
-            if backend is not None or _backend.requested_backend()[0] == name:
+            asked = backend is not None or _backend.requested_backend()[0] == name
+            if exc.errno in _backend.TRANSIENT_ERRNOS:
+                if asked:
+                    raise
+                passed_over[name] = reason
+                continue
+            if asked:
                 raise _backend.BackendUnavailableError(
                     f"aionative backend {name!r} is unavailable: {reason}") from exc
             _backend.mark_unavailable(name, reason)

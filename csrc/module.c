@@ -15,8 +15,8 @@ static PyObject *probe_io_uring(PyObject *m, PyObject *unused)
     unsigned flags = 0;
     int rc = uring_probe(&flags, why, sizeof why);
     if (rc < 0)
-        return Py_BuildValue("(OIs)", Py_False, 0u, why);
-    return Py_BuildValue("(OIs)", Py_True, flags, "");
+        return Py_BuildValue("(OIsi)", Py_False, 0u, why, -rc);
+    return Py_BuildValue("(OIsi)", Py_True, flags, "", 0);
 }
 
 /* Take a context into the pool: the next engine uses it, nothing is wasted by probing. */
@@ -28,9 +28,9 @@ static PyObject *probe_linux_aio(PyObject *m, PyObject *unused)
     tmp.fork_gen = engine_fork_generation;
     int rc = kaio_create(&tmp, 128, why, sizeof why);
     if (rc < 0)
-        return Py_BuildValue("(Os)", Py_False, why);
+        return Py_BuildValue("(Osi)", Py_False, why, -rc);
     kaio_ops.destroy(&tmp);
-    return Py_BuildValue("(Os)", Py_True, "");
+    return Py_BuildValue("(Osi)", Py_True, "", 0);
 }
 
 static PyObject *drain_aio_pool(PyObject *m, PyObject *unused)
@@ -302,8 +302,8 @@ static PyMethodDef module_methods[] = {
     {"count_byte", (PyCFunction)(void (*)(void))count_byte, METH_FASTCALL,
      "count_byte(buffer, byte, start, stop) -> int: buffer[start:stop].count(byte)"},
     {"probe_io_uring", probe_io_uring, METH_NOARGS,
-     "probe_io_uring() -> (available, setup_flags, reason)"},
-    {"probe_linux_aio", probe_linux_aio, METH_NOARGS, "probe_linux_aio() -> (available, reason)"},
+     "probe_io_uring() -> (available, setup_flags, reason, errno)"},
+    {"probe_linux_aio", probe_linux_aio, METH_NOARGS, "probe_linux_aio() -> (available, reason, errno)"},
     {"drain_aio_pool", drain_aio_pool, METH_NOARGS, "io_destroy the pooled AIO contexts"},
     {"forget_inherited", engine_forget_inherited, METH_NOARGS,
      "in a forked child: release the parent's engines without touching the kernel"},

@@ -1,12 +1,17 @@
 """Engine set-up failing after the backend probed fine: ``io_uring_setup`` ENOMEM (a
 locked-memory limit too small for a full-size ring) and ``io_setup`` EAGAIN (``aio-max-nr``
 exhausted by other processes). Automatic choice falls back to the next backend and says why;
-an explicit request raises ``BackendUnavailableError`` naming the cause."""
+an explicit request raises ``BackendUnavailableError`` naming the cause. A passing failure
+(out of descriptors) is not remembered: the next engine gets the best backend again, and an
+explicit request raises the ``OSError`` itself."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,3 +106,54 @@ async def test_explicit_request_raises_naming_the_cause(fresh_probes: None) -> N
             aionative.get_engine()
     finally:
         aionative.set_default_backend(None)
+
+
+_OUT_OF_DESCRIPTORS = r"""
+import asyncio, errno, os, resource, sys
+import aionative
+make_loop = asyncio.new_event_loop  # (uvloop cannot run at all with no descriptor left)
+
+async def backend():
+    aionative.get_engine()
+    return aionative.backend_info()["backend"]
+
+def run(loop):
+    try:
+        return loop.run_until_complete(backend())
+    except OSError as exc:
+        return f"OSError {errno.errorcode[exc.errno]}"
+    except Exception as exc:
+        return f"{type(exc).__name__} {exc}"
+    finally:
+        loop.close()
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+loop = make_loop()  # (its own descriptors first)
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError as exc:
+    assert exc.errno == errno.EMFILE
+print(run(loop))
+for fd in held:
+    os.close(fd)
+print(run(make_loop()))
+"""
+
+
+@pytest.mark.parametrize("requested", ["auto", "io_uring", "linux_aio"])
+async def test_running_out_of_descriptors_is_not_remembered(requested: str) -> None:
+    """The first engine of a process made with no descriptor left: automatic choice serves
+    that loop from the threads backend; a backend asked for raises OSError(EMFILE), as the
+    system call did. Once descriptors are free, the next loop's engine is the native one."""
+    _need("io_uring" if requested == "auto" else requested)
+    env = dict(os.environ, AIONATIVE_BACKEND=requested)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _OUT_OF_DESCRIPTORS, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode == 0, err.decode()
+    first, second = out.decode().split("\n")[:2]
+    assert first == ("threads" if requested == "auto" else "OSError EMFILE")
+    assert second == ("io_uring" if requested == "auto" else requested)
