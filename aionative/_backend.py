@@ -12,8 +12,8 @@ import errno
 import os
 import sys
 import threading
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
 BackendName = Literal["io_uring", "linux_aio", "threads"]

@@ -194,7 +194,9 @@ class ThreadsEngine:
         self._stats = {"submitted": 0, "completed": 0, "cancels": 0, "inline_hits": 0,
                        "inline_misses": 0, "budget_exhausted": 0, "inline_retries": 0,
                        "retries_refused": 0}
-        self._live = 0
+        # Futures of work handed to a worker and not yet seen done: a future is done before its
+        # done callbacks run (they are scheduled), so in_flight asks the futures themselves.
+        self._live: set[asyncio.Future[Any]] = set()
         self._budget_ns = int(DEFAULT_BUDGET_US * 1000) if _NOWAIT is not None else 0
         self._window_start = 0
         self._spent = False
@@ -294,14 +296,14 @@ class ThreadsEngine:
 
     @property
     def in_flight(self) -> int:
-        return self._live
+        return sum(not f.done() for f in self._live)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
         return self._loop_ref()
 
-    def _done(self, _: object) -> None:
-        self._live -= 1
+    def _done(self, fut: asyncio.Future[Any]) -> None:
+        self._live.discard(fut)
         self._stats["completed"] += 1
 
     def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
@@ -309,7 +311,7 @@ class ThreadsEngine:
         if self._closed or loop is None:
             raise RuntimeError("aionative: engine is closed")
         fut = loop.run_in_executor(self._executor, fn, *args)
-        self._live += 1
+        self._live.add(fut)
         self._stats["submitted"] += 1
         fut.add_done_callback(self._done)
         return fut
@@ -543,7 +545,7 @@ class ThreadsEngine:
             self._executor.shutdown(wait=True)
 
     def stats(self) -> dict[str, int]:
-        return {**self._stats, "in_flight": self._live}
+        return {**self._stats, "in_flight": self.in_flight}
 
     def info(self) -> dict[str, object]:
         return {"backend": "threads", "max_workers": self._executor._max_workers}

@@ -218,6 +218,42 @@ static int is_large_buffer(PyObject *buf)
     return len >= turn_min;
 }
 
+/* os.pread and os.pwrite refuse a descriptor without a file position (a pipe, socket, tty,
+ * eventfd) with ESPIPE once their arguments are converted: -1 with that error set, else 0.
+ * Arguments the engine's own conversion will refuse are left to it, so its error comes first,
+ * as os's does; a descriptor or offset given as an __index__ object other than an int is not
+ * converted twice here (its __index__ may have effects) and goes unchecked. */
+static int call_refuse_stream(call_t *c, engine_t *e)
+{
+    PyObject *fd_obj = c->args[0], *off_obj = c->args[2], *arg = c->args[1];
+    if (!PyLong_Check(fd_obj) || !PyLong_Check(off_obj))
+        return 0;
+    if (c->kind == CALL_PREAD) {
+        if (!PyLong_Check(arg) || PyLong_AsLongLong(arg) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+    } else {
+        Py_buffer view;
+        if (PyObject_GetBuffer(arg, &view, c->kind == CALL_PREADINTO ? PyBUF_WRITABLE
+                                                                     : PyBUF_SIMPLE) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                return -1;  /* KeyboardInterrupt, SystemExit from the exporter */
+            PyErr_Clear();
+            return 0;
+        }
+        PyBuffer_Release(&view);
+    }
+    int overflow;
+    long long fd = PyLong_AsLongLongAndOverflow(fd_obj, &overflow);
+    long long off = overflow ? -1 : PyLong_AsLongLongAndOverflow(off_obj, &overflow);
+    if (overflow || fd < 0 || fd > INT_MAX || off < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return inline_fd_positional(e, (int)fd);
+}
+
 /* The first step: the engine's inline attempt, or the start of a wait. */
 static PySendResult call_start(call_t *c, PyObject **result)
 {
@@ -232,6 +268,10 @@ static PySendResult call_start(call_t *c, PyObject **result)
     }
     engine_t *e = (engine_t *)eng;
     c->eng = eng;
+    if (call_refuse_stream(c, e) < 0) {
+        call_forget(c);
+        return PYGEN_ERROR;
+    }
     PyObject *res;
     int large;
     switch (c->kind) {

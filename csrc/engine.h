@@ -186,8 +186,9 @@ typedef struct parked {
 } parked_t;
 
 /* What the inline path learned about one descriptor number in one loop iteration: whether
- * its reads may go inline (not O_DIRECT), whether its writes may (write_eligible). Each costs
- * system calls (fcntl, statx) that would otherwise be paid again on every read and write. */
+ * its reads may go inline (not O_DIRECT), whether its writes may (write_eligible), whether it
+ * has a file position (lseek). Each costs system calls (fcntl, statx, lseek) that would
+ * otherwise be paid again on every read and write. */
 typedef struct fd_memo {
     int fd;
     unsigned what;            /* MEMO_* bits */
@@ -393,6 +394,8 @@ int inline_budget_ok(engine_t *e, int retry);
 int inline_allowed(engine_t *e, int fd, int retry);
 /* 1 if what the engine knows of `fd` now says its reads never go inline (O_DIRECT). */
 int inline_fd_refuses(engine_t *e, int fd);
+/* 0 if `fd` has a file position (pread/pwrite may use it), else -1 with OSError(ESPIPE) set. */
+int inline_fd_positional(engine_t *e, int fd);
 int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
                 uint64_t *got);
 int inline_empty_read(engine_t *e, int fd, int64_t off);

@@ -88,7 +88,8 @@ int inline_budget_ok(engine_t *e, int retry)
  * read sent early schedules no flush, so the facts are renewed at the next wake-up or flush;
  * a number reused meanwhile for a buffered file has its reads queued, not inline: time
  * again. */
-enum { MEMO_READ = 1, MEMO_READ_OK = 2, MEMO_WRITE = 4, MEMO_WRITE_OK = 8 };
+enum { MEMO_READ = 1, MEMO_READ_OK = 2, MEMO_WRITE = 4, MEMO_WRITE_OK = 8, MEMO_SEEK = 16,
+       MEMO_SEEK_OK = 32 };
 
 /* `fd`'s entry, emptied when it held another number or another iteration's facts. */
 static fd_memo_t *fd_memo(engine_t *e, int fd)
@@ -107,6 +108,29 @@ int inline_fd_refuses(engine_t *e, int fd)
     fd_memo_t *m = &e->fd_memo[(unsigned)fd & (FD_MEMO_SIZE - 1)];
     return m->fd == fd && m->gen == e->memo_gen &&
            (m->what & (MEMO_READ | MEMO_READ_OK)) == MEMO_READ;
+}
+
+/* pread(2) and pwrite(2) refuse a file opened without a position (FMODE_PREAD/PWRITE unset:
+ * a pipe, FIFO, socket, tty, eventfd) with ESPIPE; io_uring's READ and WRITE instead ignore
+ * the offset for such files (they would consume or produce stream data), and Linux AIO may run
+ * them inside io_submit, on the loop's thread, for as long as the stream stays empty or full.
+ * Asked once per number and loop iteration with a preadv(2) of no buffers: the kernel checks
+ * FMODE_PREAD first and returns before the filesystem is called for an empty transfer, so it
+ * neither reads nor waits. (lseek(2) is no test: an eventfd's succeeds.) Any other error
+ * (EBADF: not open, or not for reading) is the operation's to report, as the queue reports it. */
+int inline_fd_positional(engine_t *e, int fd)
+{
+    fd_memo_t *m = fd_memo(e, fd);
+    if (!(m->what & MEMO_SEEK)) {
+        e->st.syscalls++;
+        int stream = preadv(fd, NULL, 0, 0) < 0 && errno == ESPIPE;
+        m->what |= MEMO_SEEK | (stream ? 0 : MEMO_SEEK_OK);
+    }
+    if (m->what & MEMO_SEEK_OK)
+        return 0;
+    errno = ESPIPE;
+    PyErr_SetFromErrno(PyExc_OSError);
+    return -1;
 }
 
 void inline_forget_fd(engine_t *e, int fd)

@@ -145,7 +145,7 @@ def raw_syscall_errno(name: str, *args: int) -> int:
 
 # --- running code in a filtered child --------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent   # the repository: aionative is importable here
+ROOT = Path(__file__).resolve().parent.parent   # the checkout (or unpacked sdist) the tests are in
 EXIT_UNAVAILABLE = 77                           # the child could not install the filter
 
 # argv: [-c, path of this file, JSON {syscall: errno}, code]. Loads this file by path (no
@@ -170,7 +170,7 @@ exec(compile(code, "<child>", "exec"), {"__name__": "__main__"})
 
 def run_python(code: str, deny: Mapping[str, int] | None = None,
                env: Mapping[str, str] | None = None, timeout: float = 60) -> Any:
-    """Run ``code`` in a new interpreter (cwd and PYTHONPATH: the repository) after installing
+    """Run ``code`` in a new interpreter (importing the aionative this one imported) after installing
     a filter denying ``deny``; returns the JSON of its last line of output.
 
     ``env`` is added to the environment, which never carries AIONATIVE_BACKEND unless ``env``
@@ -179,13 +179,15 @@ def run_python(code: str, deny: Mapping[str, int] | None = None,
     """
     if deny:
         arch()  # unsupported here: say so before starting a child
+    import aionative  # the child imports the aionative under test (checkout or installed wheel)
+    home = str(Path(aionative.__file__).resolve().parent.parent)
     child_env = {k: v for k, v in os.environ.items() if k != "AIONATIVE_BACKEND"}
     child_env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT)] + ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
+        [home] + ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
     child_env.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-W", "error", "-c", _BOOTSTRAP, __file__, json.dumps(dict(deny or {})),
-         code],
+    proc = subprocess.run(  # -P: the working directory is not put on sys.path
+        [sys.executable, "-P", "-W", "error", "-c", _BOOTSTRAP, __file__,
+         json.dumps(dict(deny or {})), code],
         check=False, cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode == EXIT_UNAVAILABLE:
         raise SeccompUnavailable(proc.stderr.strip())

@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import gc
 import importlib
 import mmap
@@ -44,8 +46,8 @@ def _import_installed_aionative() -> None:
 
 _import_installed_aionative()
 
-import aionative  # noqa: E402
-from aionative import _backend, _kernelops  # noqa: E402
+import aionative
+from aionative import _backend, _kernelops
 
 if (sys.platform.startswith("linux") and _backend._core is None
         and os.environ.get("AIONATIVE_ALLOW_NO_EXTENSION") != "1"):
@@ -121,6 +123,30 @@ def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object,
     return [f"{type(left).__name__} of {len(left)} == {type(right).__name__} of {len(right)}",
             f"they first differ {what}",
             f"just before: {left[max(0, i - 24):i]!r}"]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child interpreter that must import the aionative under test (the
+    checkout, or the installed wheel): PYTHONPATH starts with the directory it came from. Run
+    the child with ``-P`` where its working directory is a checkout."""
+    home = str(Path(aionative.__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": home + (os.pathsep + path if path else ""), **extra}
+
+
+@contextlib.contextmanager
+def held_in_the_ring() -> Iterator[None]:
+    """io_uring_enter refuses every submission (EAGAIN, as when the kernel is short of
+    memory) until the block ends: a read handed to the kernel queue stays there, pending and
+    in flight, for as long as a test needs it to (a pipe's read once served; aionative.pread
+    now refuses streams with ESPIPE, as os.pread does)."""
+    aionative.set_inline_budget(0)  # every read goes to the kernel queue
+    _backend._core.set_fault("io_uring_enter", errno.EAGAIN, 1 << 30)
+    try:
+        yield
+    finally:
+        _backend._core.clear_faults()
+        aionative.set_inline_budget(None)
 
 
 def _use_backend(name: str) -> Iterator[str]:

@@ -43,6 +43,8 @@ import aionative.threadpool
 import aionative.threadpool.binary
 import aionative.threadpool.text
 
+from .conftest import child_env
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -124,8 +126,8 @@ def test_threadpool_exports_the_standard_streams() -> None:
 
 
 def _fresh_interpreter(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False, env=child_env())
 
 
 def test_import_package_exposes_threadpool_and_base() -> None:

@@ -91,5 +91,5 @@ def test_each_c_file_builds_without_the_io_uring_and_openat2_headers(tmp_path: P
         (shadow / header).write_text(f'#error "{header} is not available on this build host"\n')
     cmd = [CC, "-std=gnu11", "-fsyntax-only", "-Wall", "-Werror", "-Wno-unused-parameter",
            f"-I{tmp_path / 'include'}", f"-I{sysconfig.get_paths()['include']}", str(CSRC / source)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr

@@ -22,6 +22,8 @@ import pytest
 import aionative
 from aionative import _backend
 
+from .conftest import held_in_the_ring
+
 pytestmark = [
     pytest.mark.asyncio,
     pytest.mark.usefixtures("backend"),
@@ -135,26 +137,24 @@ async def test_a_call_done_inline_or_queued_gives_the_same_result(
     assert after["inline_hits"] == before["inline_hits"]
 
 
-async def test_cancelling_a_queued_read_abandons_it(backend: str) -> None:
+async def test_cancelling_a_queued_read_abandons_it(
+        backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
     """The task waits on the engine's future through the Call; its cancellation reaches the
-    engine (Engine.cancel): io_uring cancels the pending read of an empty pipe, where a future
-    cancelled behind the engine's back would leave it pending until data arrived."""
+    engine (Engine.cancel), where a future cancelled behind the engine's back would leave the
+    read in flight until the kernel answered it."""
     if backend != "io_uring":
-        pytest.skip("only io_uring leaves a positional read of a pipe pending")
-    r, w = os.pipe()
-    try:
-        eng = aionative.get_engine()
-        task = asyncio.ensure_future(aionative.pread(r, 10, 0))
+        pytest.skip("the fault point that holds a read in the queue is io_uring's")
+    fd = _file(fd_of, tmp_path)
+    eng = aionative.get_engine()
+    with held_in_the_ring():
+        task = asyncio.ensure_future(aionative.pread(fd, 10, 0))
         await asyncio.sleep(0.01)
-        assert eng.in_flight == 1
+        assert eng.in_flight == 1 and not task.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         await _until(lambda: eng.in_flight == 0)
-        assert eng.in_flight == 0  # cancelled in the kernel: nothing was written to the pipe
-    finally:
-        os.close(r)
-        os.close(w)
+        assert eng.in_flight == 0
 
 
 async def test_calls_leave_no_reference_behind(
@@ -265,27 +265,24 @@ async def test_a_call_cannot_be_entered_while_it_runs(
     assert sys.getrefcount(eng) == refs
 
 
-async def test_a_bad_throw_does_not_abandon_the_operation(backend: str) -> None:
+async def test_a_bad_throw_does_not_abandon_the_operation(
+        backend: str, tmp_path: Path, fd_of: Callable[..., int]) -> None:
     """Only a CancelledError that comes out of the wait abandons the engine's operation, as
     ``except CancelledError`` around the await did: a throw whose arguments are wrong does
     not."""
     if backend != "io_uring":
-        pytest.skip("only io_uring leaves a positional read of a pipe pending")
-    r, w = os.pipe()
-    try:
-        eng = aionative.get_engine()
-        call = aionative.pread(r, 10, 0)
+        pytest.skip("the fault point that holds a read in the queue is io_uring's")
+    fd = _file(fd_of, tmp_path)
+    eng = aionative.get_engine()
+    with held_in_the_ring():
+        call = aionative.pread(fd, 10, 0)
         fut = call.send(None)
         assert isinstance(fut, asyncio.Future) and call.cr_suspended and call.cr_await
         with pytest.raises(TypeError, match="traceback"), _three_argument_throw():
             call.throw(asyncio.CancelledError, None, 3)
-        assert eng.in_flight == 1 and not fut.done()   # still with the kernel
-        os.write(w, b"late")
-        await _until(fut.done)
-        assert fut.result() == b"late"
-    finally:
-        os.close(r)
-        os.close(w)
+        assert eng.in_flight == 1 and not fut.done()   # still queued for the kernel
+    await _until(fut.done)
+    assert fut.result() == b"abcdef"
 
 
 async def test_calls_look_like_coroutines_to_asyncio(

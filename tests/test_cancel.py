@@ -11,6 +11,8 @@ import pytest
 
 import aionative
 
+from .conftest import held_in_the_ring
+
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
 
 
@@ -68,26 +70,28 @@ async def test_10k_reads_with_random_cancellation(data_file: tuple[Path, bytes])
     assert stats["in_flight"] == 0 and stats.get("pinned", 0) == 0, stats
 
 
-async def test_cancelled_read_keeps_buffer_pinned_until_reaped(backend: str) -> None:
-    """A bytearray being read into cannot be resized while the kernel may write into it.
-
-    Only io_uring waits on an empty pipe (it ignores the offset of a stream); Linux AIO and
-    the threads backend answer ESPIPE at once, as os.pread does."""
+async def test_cancelled_read_keeps_buffer_pinned_until_reaped(
+        backend: str, tmp_path: Path) -> None:
+    """A bytearray being read into cannot be resized while the kernel may write into it: a
+    read held in io_uring's queue (submissions refused until the block ends) keeps it
+    exported until its cancellation is done."""
     if backend != "io_uring":
-        pytest.skip("only io_uring leaves a positional read of a pipe pending")
-    r, w = os.pipe()
+        pytest.skip("the fault point that holds a read in the queue is io_uring's")
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100)
+    fd = os.open(path, os.O_RDONLY)
     try:
         buf = bytearray(100)
-        task = asyncio.ensure_future(aionative.preadinto(r, buf, 0))
-        await asyncio.sleep(0.01)
-        with pytest.raises(BufferError):
-            buf.extend(b"no")  # exported to the kernel
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        os.write(w, b"late")  # lets a read the kernel could not cancel finish
+        with held_in_the_ring():
+            task = asyncio.ensure_future(aionative.preadinto(fd, buf, 0))
+            await asyncio.sleep(0.01)
+            assert not task.done()
+            with pytest.raises(BufferError):
+                buf.extend(b"no")  # exported to the kernel
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
         await _settle()
         buf.extend(b"ok")  # released: resizing is allowed again
     finally:
-        os.close(r)
-        os.close(w)
+        os.close(fd)

@@ -12,6 +12,7 @@ import mmap
 import os
 import random
 import struct
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -505,6 +506,11 @@ async def test_an_engine_closed_while_a_read_creates_its_future_refuses_it(
     to the kernel inside its call (the engine deep) is asked only once the engine is known to
     be open: the call raises RuntimeError and nothing reaches the kernel. 4df5027 asked first
     and read the unmapped submission queue: a segfault on io_uring."""
+    if sys.version_info >= (3, 12) and "uvloop" in type(asyncio.get_running_loop()).__module__:
+        # 3.12 runs the collector only between bytecodes (the eval breaker), no longer inside
+        # an allocation, and a future of uvloop's loop is created without running any Python
+        # code: nothing can close the engine while the read makes its future.
+        pytest.skip("on 3.12+ creating a future for uvloop's loop runs no Python code")
     eng: Any = aionative.get_engine()
     fd, _ = _direct_file(tmp_path, 64 << 10)
     buf = mmap.mmap(-1, 4096)

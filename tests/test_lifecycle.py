@@ -18,7 +18,7 @@ import pytest
 import aionative
 from aionative import _core
 
-from .conftest import LOOP_FACTORIES, cold_file
+from .conftest import LOOP_FACTORIES, child_env, cold_file
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
@@ -266,9 +266,9 @@ def test_an_engine_closed_outside_the_library_leaves_no_reader(
     fresh interpreter, so that an abort fails this test and not the run."""
     path = tmp_path / "f"
     path.write_bytes(b"q" * 8192)
-    proc = subprocess.run([sys.executable, "-c", _CLOSED_ENGINE_SCRIPT, native_backend, how,
-                           loop_name, str(path)], capture_output=True, text=True, timeout=120,
-                          check=False, cwd=Path(__file__).resolve().parent.parent)
+    proc = subprocess.run([sys.executable, "-P", "-c", _CLOSED_ENGINE_SCRIPT, native_backend,
+                           how, loop_name, str(path)], capture_output=True, text=True,
+                          timeout=120, check=False, env=child_env())
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", (proc.returncode,
                                                                   proc.stderr[-2000:])
 

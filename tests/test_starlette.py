@@ -39,7 +39,7 @@ import aionative.starlette
 from aionative import _kernelops
 from aionative.starlette import FileResponse, StaticFiles, _parse_range, _Unsatisfiable
 
-from .conftest import open_fds_to
+from .conftest import child_env, open_fds_to
 
 pytestmark = pytest.mark.usefixtures("backend")
 
@@ -1058,8 +1058,7 @@ def test_static_permission_errors(backend: str) -> None:
             os.chmod(root / name, 0)
         os.chmod(root, 0o755)
 
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
-               "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**child_env(), "PYTHONDONTWRITEBYTECODE": "1"}
         done = subprocess.run([sys.executable, "-c", _AS_ANOTHER_USER, str(root), backend],
                               capture_output=True, text=True, env=env, cwd=root, timeout=60,
                               preexec_fn=_without_permission_override, check=False)
