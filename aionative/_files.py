@@ -575,7 +575,7 @@ class AsyncBase(Generic[S]):
         try:
             return await fut
         except asyncio.CancelledError:
-            eng.cancel(fut)  # the kernel keeps `buf` (exported) until the read completes
+            await _lowlevel.settle_cancelled(eng, fut)  # the read may land in `buf` until then
             raise
 
     def _raw_fd(self) -> int:

@@ -23,13 +23,27 @@ FileDescriptorLike = int | _HasFileno
 
 
 async def await_op(engine: Any, fut: Awaitable[T]) -> T:
-    """Await an engine operation; if the awaiting task is cancelled, abandon the operation
-    (the kernel keeps its buffer until the completion is reaped)."""
+    """Await an engine operation; if the awaiting task is cancelled, cancel the operation and
+    return (raising CancelledError) only once the kernel is done with its memory."""
     try:
         return await fut
     except asyncio.CancelledError:
-        engine.cancel(fut)  # the kernel keeps the buffer until its completion is reaped
+        await settle_cancelled(engine, fut)
         raise
+
+
+async def settle_cancelled(engine: Any, fut: Awaitable[Any]) -> None:
+    """Cancel the operation of ``fut`` and wait until the kernel (or the threads backend's
+    worker) can no longer read or write its memory: a request already running — a read the
+    device is doing — lands in the caller's buffer first, and a caller free to reuse that
+    buffer once its await ends would find it overwritten. Cancellations meanwhile cancel only
+    this wait; the caller raises its own CancelledError afterwards."""
+    while (waiter := engine.cancel_wait(fut)) is not None:
+        try:
+            await waiter
+            return
+        except asyncio.CancelledError:
+            continue  # (the waiter itself was cancelled: ask again)
 
 
 async def _pread(fd: int, size: int, offset: int) -> bytes:
@@ -67,7 +81,8 @@ async def _preadinto(fd: int, buffer: Any, offset: int) -> int:
     del buffer
     if isinstance(res, int):  # completed inline (page cache hit)
         return res
-    return await await_op(eng, res)
+    return await await_op(eng, res)  # (settled before a cancellation ends it: the buffer is
+                                     # the caller's again)
 
 
 async def _pwrite(fd: int, data: Any, offset: int) -> int:

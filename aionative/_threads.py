@@ -8,6 +8,7 @@ split at the kernel's per-call limit, writes continue until everything is writte
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import fcntl
 import functools
@@ -197,6 +198,9 @@ class ThreadsEngine:
         # Futures of work handed to a worker and not yet seen done: a future is done before its
         # done callbacks run (they are scheduled), so in_flight asks the futures themselves.
         self._live: set[asyncio.Future[Any]] = set()
+        # The worker's side of each: running until the call returns, whatever becomes of the
+        # asyncio future (removed by the worker when it is done).
+        self._work: dict[asyncio.Future[Any], concurrent.futures.Future[Any]] = {}
         self._budget_ns = int(DEFAULT_BUDGET_US * 1000) if _NOWAIT is not None else 0
         self._window_start = 0
         self._spent = False
@@ -310,7 +314,10 @@ class ThreadsEngine:
         loop = self._loop_ref()
         if self._closed or loop is None:
             raise RuntimeError("aionative: engine is closed")
-        fut = loop.run_in_executor(self._executor, fn, *args)
+        work = self._executor.submit(fn, *args)
+        fut = asyncio.wrap_future(work, loop=loop)
+        self._work[fut] = work
+        work.add_done_callback(lambda _: self._work.pop(fut, None))  # (in the worker)
         self._live.add(fut)
         self._stats["submitted"] += 1
         fut.add_done_callback(self._done)
@@ -533,6 +540,16 @@ class ThreadsEngine:
         # until it returns, so nothing is freed under it.
         self._stats["cancels"] += 1
         return False
+
+    def cancel_wait(self, future: Awaitable[Any]) -> asyncio.Future[Any] | None:
+        """While a worker still runs ``future``'s call (a cancelled asyncio future does not
+        stop it), a future done when it has returned; else None."""
+        self._stats["cancels"] += 1
+        work = self._work.get(future)  # type: ignore[call-overload]
+        loop = self._loop_ref()
+        if work is None or work.done() or loop is None:
+            return None
+        return asyncio.wrap_future(work, loop=loop)
 
     def fileno(self) -> int:
         return -1

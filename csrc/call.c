@@ -28,6 +28,8 @@ enum {
     ST_NEW,   /* not started: args held */
     ST_TURN,  /* a large read or a pwrite yielded a turn: eng and args held */
     ST_WAIT,  /* delegating to `it` */
+    ST_SETTLE,  /* cancelled: waiting, through `it`, until the kernel is done with the memory
+                 * of the operation (Engine.cancel_wait), then `exc` is raised */
     ST_DONE,
 };
 
@@ -38,7 +40,9 @@ typedef struct {
     PyObject *eng;      /* owned; ST_TURN, and ST_WAIT on an engine future */
     PyObject *fut;      /* owned; ST_WAIT: the engine's future, abandoned on cancellation */
     PyObject *it;       /* owned; ST_WAIT: what the await delegates to (the future's iterator,
-                         * or a Python coroutine) */
+                         * or a Python coroutine); ST_SETTLE: the iterator of cancel_wait's
+                         * future */
+    PyObject *exc;      /* owned; ST_SETTLE: the CancelledError the call raises when settled */
     PyObject *weakrefs;
     uint8_t kind, state;
     uint8_t running;    /* inside a step, throw or close: argument conversions (__index__,
@@ -60,10 +64,10 @@ static const char *const call_names[CALL_KINDS] = {"pread", "preadinto", "pwrite
  * find it done, not half cleared. */
 static void call_forget(call_t *c)
 {
-    PyObject *held[6] = {c->args[0], c->args[1], c->args[2], c->eng, c->fut, c->it};
-    c->args[0] = c->args[1] = c->args[2] = c->eng = c->fut = c->it = NULL;
+    PyObject *held[7] = {c->args[0], c->args[1], c->args[2], c->eng, c->fut, c->it, c->exc};
+    c->args[0] = c->args[1] = c->args[2] = c->eng = c->fut = c->it = c->exc = NULL;
     c->state = ST_DONE;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         Py_XDECREF(held[i]);
 }
 
@@ -298,6 +302,71 @@ static PySendResult call_start(call_t *c, PyObject **result)
     return call_outcome(c, res, result);
 }
 
+/* An error came out of the wait on the engine's future. A CancelledError (the task was
+ * cancelled, or the future) cancels the operation, and the call ends only once the kernel
+ * cannot touch the caller's memory any more: a request already running in the kernel (a read
+ * the device is doing: ASYNC_CANCEL answers -EALREADY) lands in the buffer first, and the
+ * caller, free to reuse the buffer the moment its await ends, would find it overwritten. So
+ * the call waits on the future Engine.cancel_wait gives, then raises the CancelledError.
+ * Cancellations that come meanwhile cancel only that wait: a new one follows, and the first
+ * CancelledError is raised at the end. Any other error ends the call at once. */
+static PySendResult call_settle_wait(call_t *c, PyObject **result);
+
+static PySendResult call_settle(call_t *c, PyObject **result)
+{
+    if (!c->fut || !PyErr_ExceptionMatches(cancelled_error)) {
+        call_forget(c);
+        return PYGEN_ERROR;
+    }
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (tb && v)
+        PyException_SetTraceback(v, tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    c->exc = v;
+    return call_settle_wait(c, result);
+}
+
+/* Wait (ST_SETTLE) while the kernel may still use the operation's memory, then raise `exc`. */
+static PySendResult call_settle_wait(call_t *c, PyObject **result)
+{
+    for (;;) {
+        PyObject *w = Engine_cancel_wait((engine_t *)c->eng, c->fut);
+        if (!w) {
+            call_forget(c);
+            return PYGEN_ERROR;
+        }
+        if (w == Py_None) {
+            Py_DECREF(w);
+            break;
+        }
+        PyObject *it = Py_TYPE(w)->tp_as_async->am_await(w);
+        Py_DECREF(w);
+        if (!it) {
+            call_forget(c);
+            return PYGEN_ERROR;
+        }
+        Py_XSETREF(c->it, it);
+        c->state = ST_SETTLE;
+        PySendResult r = PyIter_Send(c->it, Py_None, result);
+        if (r == PYGEN_NEXT)
+            return r;
+        if (r == PYGEN_RETURN)
+            Py_DECREF(*result);
+        else
+            PyErr_Clear();  /* (its waiter was cancelled already: ask again) */
+    }
+    PyObject *exc = c->exc;
+    c->exc = NULL;
+    call_forget(c);
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    *result = NULL;
+    return PYGEN_ERROR;
+}
+
 /* 1, with ValueError set, while a step of this Call is running (as for a coroutine). */
 static int call_busy(call_t *c)
 {
@@ -312,9 +381,21 @@ static PySendResult call_step(call_t *c, PyObject *arg, PyObject **result)
     switch (c->state) {
     case ST_WAIT: {
         PySendResult r = PyIter_Send(c->it, arg, result);
+        if (r == PYGEN_ERROR)
+            return call_settle(c, result);
         if (r != PYGEN_NEXT)
             call_forget(c);
         return r;
+    }
+    case ST_SETTLE: {
+        PySendResult r = PyIter_Send(c->it, arg, result);
+        if (r == PYGEN_NEXT)
+            return r;
+        if (r == PYGEN_RETURN)
+            Py_DECREF(*result);
+        else
+            PyErr_Clear();  /* the wait was cancelled: the first CancelledError stands */
+        return call_settle_wait(c, result);
     }
     case ST_DONE:
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
@@ -396,8 +477,8 @@ static PyObject *thrown_exception(PyObject *const *args, Py_ssize_t n)
     return v;  /* NULL: the exception's constructor raised, and that error is set */
 }
 
-/* throw(): into the wait; a CancelledError coming back out of the engine's future abandons
- * the operation (Engine.cancel), as `except CancelledError` in await_op did. Before the start
+/* throw(): into the wait; a CancelledError coming back out of the engine's future cancels
+ * the operation and waits until the kernel is done with its memory (call_settle). Before the start
  * or during a turn nothing runs for the call. The three-argument form is deprecated from 3.12
  * on, with the warning a coroutine gives; the future's iterator is always thrown the one
  * exception, so it does not warn a second time. */
@@ -420,6 +501,14 @@ static PyObject *Call_throw(call_t *c, PyObject *const *args, Py_ssize_t n)
         call_forget(c);
         return NULL;
     }
+    PyObject *result = NULL;
+    if (c->state == ST_SETTLE) {  /* what is thrown now changes nothing: the wait goes on */
+        Py_DECREF(exc);
+        c->running = 1;
+        PySendResult r = call_settle_wait(c, &result);
+        c->running = 0;
+        return r == PYGEN_NEXT ? result : NULL;
+    }
     if (c->state != ST_WAIT) {
         call_forget(c);
         PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
@@ -428,22 +517,12 @@ static PyObject *Call_throw(call_t *c, PyObject *const *args, Py_ssize_t n)
     c->running = 1;
     PyObject *res = PyObject_CallMethodOneArg(c->it, str_throw, exc);
     Py_DECREF(exc);
-    if (!res && c->fut && PyErr_ExceptionMatches(cancelled_error)) {
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        PyObject *r = Engine_cancel((engine_t *)c->eng, c->fut);
-        if (r) {
-            Py_DECREF(r);
-            PyErr_Restore(t, v, tb);
-        } else {  /* the cancel's own error replaces it */
-            Py_XDECREF(t);
-            Py_XDECREF(v);
-            Py_XDECREF(tb);
-        }
+    if (!res) {
+        PySendResult r = call_settle(c, &result);
+        c->running = 0;
+        return r == PYGEN_NEXT ? result : NULL;
     }
     c->running = 0;
-    if (!res)
-        call_forget(c);
     return res;
 }
 
@@ -477,6 +556,7 @@ static int Call_traverse(call_t *c, visitproc visit, void *arg)
     Py_VISIT(c->eng);
     Py_VISIT(c->fut);
     Py_VISIT(c->it);
+    Py_VISIT(c->exc);
     return 0;
 }
 
@@ -537,7 +617,8 @@ static PyObject *Call_running(call_t *c, void *unused)
 
 static PyObject *Call_suspended(call_t *c, void *unused)
 {
-    return PyBool_FromLong(!c->running && (c->state == ST_TURN || c->state == ST_WAIT));
+    return PyBool_FromLong(!c->running && (c->state == ST_TURN || c->state == ST_WAIT ||
+                                           c->state == ST_SETTLE));
 }
 
 static PyObject *Call_await_of(call_t *c, void *unused)
@@ -553,7 +634,8 @@ static PyObject *Call_repr(call_t *c)
 static PyMethodDef Call_methods[] = {
     {"send", (PyCFunction)Call_send_method, METH_O, "send(value): the next step"},
     {"throw", (PyCFunction)(void (*)(void))Call_throw, METH_FASTCALL,
-     "throw(exc): raise exc at the await (a cancellation abandons the engine's operation)"},
+     "throw(exc): raise exc at the await (a cancellation cancels the engine's operation and "
+     "waits until the kernel is done with its memory)"},
     {"close", (PyCFunction)Call_close, METH_NOARGS, "close(): stop waiting"},
     {NULL},
 };
@@ -618,7 +700,7 @@ static PyObject *call_new(int kind, PyObject *const *args, Py_ssize_t n, PyObjec
     }
     for (int i = 0; i < 3; i++)
         c->args[i] = Py_NewRef(args[i]);
-    c->eng = c->fut = c->it = c->weakrefs = NULL;
+    c->eng = c->fut = c->it = c->exc = c->weakrefs = NULL;
     c->kind = (uint8_t)kind;
     c->state = ST_NEW;
     c->running = 0;

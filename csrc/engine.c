@@ -593,6 +593,8 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
     op_t *op = engine_slot(e, idx);
     PyObject *fut = op->future;
     op->future = NULL;
+    PyObject *settled = op->settled;
+    op->settled = NULL;
     int was_pinned = op->bytes != NULL || op->view.obj != NULL || op->keep != NULL;
     int is_exc = 0;
     PyObject *value = NULL;
@@ -637,6 +639,12 @@ static void op_finish(engine_t *e, uint32_t idx, int err)
     if (opened_fd >= 0 && !delivered)
         close(opened_fd);
     Py_XDECREF(fut);
+    if (settled) {  /* the buffers are released above: the waiter's memory is its own again */
+        if (!e->drop_results)
+            e->collecting ? future_resolve_collect(e, settled, Py_None, 0)
+                          : future_resolve(settled, Py_None, 0);
+        Py_DECREF(settled);
+    }
 }
 
 /* Whether a piece's answer may be followed by another piece (a retry or the rest). Not once the
@@ -1561,6 +1569,39 @@ PyObject *Engine_cancel(engine_t *e, PyObject *fut)
     Py_RETURN_TRUE;
 }
 
+/* cancel_wait(future) -> Future | None: cancel (abandon) the operation, and while the kernel
+ * may still read or write its memory, a future resolved with None once it cannot: the
+ * completion of a request that was already running (ASYNC_CANCEL answers -EALREADY for a read
+ * the device is doing) has been reaped and the caller's buffer released. None when nothing
+ * is left with the kernel (the operation had not been submitted, or is over). */
+PyObject *Engine_cancel_wait(engine_t *e, PyObject *fut)
+{
+    if (e->fork_gen != engine_fork_generation || e->closed)
+        Py_RETURN_NONE;
+    uint32_t idx = engine_find(e, fut);
+    if (idx == OP_NONE)
+        Py_RETURN_NONE;
+    PyObject *r = Engine_cancel(e, fut);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    op_t *op = engine_slot(e, idx);
+    if (op->state == OPS_FREE || op->future != fut)  /* finished by its cancellation */
+        Py_RETURN_NONE;
+    if (op->settled) {
+        PyObject *done = PyObject_CallMethod(op->settled, "done", NULL);
+        if (!done)
+            return NULL;
+        int was_done = done == Py_True;
+        Py_DECREF(done);
+        if (!was_done)
+            return Py_NewRef(op->settled);
+        Py_CLEAR(op->settled);  /* its waiter was cancelled: a new one waits on */
+    }
+    op->settled = engine_new_future(e);
+    return Py_XNewRef(op->settled);
+}
+
 /* ---------------------------------------------------------------- loop callbacks */
 
 static void eventfd_clear(engine_t *e)
@@ -2293,6 +2334,9 @@ static PyMethodDef Engine_methods[] = {
      "supports(name) -> bool: the kernel runs this operation for this engine"},
     {"cancel", (PyCFunction)Engine_cancel, METH_O,
      "cancel(future) -> bool: abandon the operation whose future this is"},
+    {"cancel_wait", (PyCFunction)Engine_cancel_wait, METH_O,
+     "cancel_wait(future) -> Future | None: cancel the operation; a future resolved when the "
+     "kernel is done with its memory, or None if it is already"},
     {"fileno", (PyCFunction)Engine_fileno, METH_NOARGS, "the eventfd the loop watches"},
     {"_on_ready", (PyCFunction)Engine_on_ready, METH_NOARGS, "eventfd reader callback"},
     {"_flush", (PyCFunction)Engine_flush, METH_NOARGS,

@@ -113,6 +113,8 @@ typedef struct op {
     uint32_t kslot;         /* backend's index for the piece (kaio: its iocb) */
     int fd;
     PyObject *future;       /* owned; until resolved or dropped */
+    PyObject *settled;      /* owned; set by Engine.cancel_wait: resolved with None once the
+                             * abandoned operation's memory is the caller's again (op_finish) */
     PyObject *bytes;        /* owned; OP_READ's result object, written by the kernel until reaped */
     Py_buffer view;         /* held while view.obj != NULL: from submission until the last
                              * completion of the operation is reaped (pins the caller's buffer) */
@@ -369,6 +371,7 @@ PyObject *Engine_readinto_inline(engine_t *e, PyObject *const *args, Py_ssize_t 
 PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n);
 PyObject *Engine_cancel(engine_t *e, PyObject *fut);
+PyObject *Engine_cancel_wait(engine_t *e, PyObject *fut);
 /* The Call's small pread / preadinto: as Engine_read / Engine_readinto (inline, else the
  * kernel queue), but a read the spent budget or the run's slice refused is done inline all
  * the same and its caller parks: a future a later flush resolves (see engine_park). */

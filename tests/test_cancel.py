@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 import aionative
 
-from .conftest import held_in_the_ring
+from .conftest import cold_file, evict, held_in_the_ring
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
 
@@ -93,5 +94,29 @@ async def test_cancelled_read_keeps_buffer_pinned_until_reaped(
                 await task
         await _settle()
         buf.extend(b"ok")  # released: resizing is allowed again
+    finally:
+        os.close(fd)
+
+
+async def test_a_cancelled_read_never_lands_in_a_reused_buffer(
+        backend: str, tmp_path: Path) -> None:
+    """preadinto of cold data, cancelled while the device reads it: the await ends (with
+    CancelledError) only once the kernel, or the worker, is done with the buffer. The caller
+    then fills the buffer with its own bytes, and nothing the cancelled read brought may
+    overwrite them afterwards."""
+    size = 1 << 20
+    fd, _ = cold_file(tmp_path / "cold", 8 * size)
+    try:
+        for attempt in range(8):
+            evict(tmp_path / "cold")
+            buf = bytearray(size)
+            task = asyncio.ensure_future(aionative.preadinto(fd, buf, attempt * size))
+            await asyncio.sleep(0)  # submitted (or handed to a worker)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            buf[:] = b"Z" * size  # the caller's own data, in the buffer it got back
+            await asyncio.sleep(0.05)  # time for any late completion to land
+            assert buf == b"Z" * size, f"a cancelled read wrote into the buffer (try {attempt})"
     finally:
         os.close(fd)

@@ -469,7 +469,8 @@ async def test_a_reused_descriptor_number_costs_a_turn_at_most(
     """The engine remembers for the rest of the loop iteration which descriptors are fit
     for inline writes, to answer a spent budget without system calls. A number reused for a
     FIFO outside the engine: False once (a turn for nothing), then the retry, on the next
-    iteration, looks again and queues it; nothing is written inline."""
+    iteration, looks again and finds a descriptor without a position: ESPIPE, as os.pwrite
+    says; nothing is written, inline or queued."""
     other = rw_fd(fd_of, tmp_path / "other")
     os.mkfifo(tmp_path / "fifo")
     fifo = fd_of(tmp_path / "fifo", os.O_RDWR | os.O_NONBLOCK)
@@ -479,6 +480,7 @@ async def test_a_reused_descriptor_number_costs_a_turn_at_most(
     os.dup2(fifo, other)                    # its number is a FIFO from here on
     before = eng.stats()
     assert eng.write(other, b"x", 0) is False
-    with contextlib.suppress(OSError):      # (the queue writes a FIFO; os.pwrite: ESPIPE)
+    with pytest.raises(OSError) as refused:
         await aionative.pwrite(other, b"x", 0)
-    assert delta(before, "inline_writes") == 0 and delta(before, "submitted") == 1
+    assert refused.value.errno == errno.ESPIPE
+    assert delta(before, "inline_writes") == 0 and delta(before, "submitted") == 0
