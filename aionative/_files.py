@@ -660,7 +660,9 @@ class AsyncBase(Generic[S]):
             # returns a full read and the loop goes on, in larger steps.
             size = max(raw.size - off, 0) + extra
             raw.add_data(off, await self._read_at(size, off), size)
-            extra = max(extra * 4, 65536)
+            # A file that keeps growing: larger steps, up to the readahead's largest. A file
+            # without a size (procfs: a page a read) is read in 64 KiB requests.
+            extra = min(max(extra * 4, 65536), _READAHEAD_MAX) if raw.sized else 65536
 
     # pushing -------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from typing import Any
 
 from . import _kernelops as _k
@@ -27,34 +28,48 @@ async def _read(eng: Any, fd: int, size: int, offset: int) -> bytes:
 
 
 async def _read_fd(fd: int, path: StrPath) -> bytes:
+    """The file's bytes to its end. A regular file that reports a size ends at a short read
+    that reaches it; anything else ends at an empty read only: procfs files report size 0
+    and return a page per read, and a FIFO or a character device returns what its writer
+    wrote so far (those are read through a file object, which reads a stream's chunks)."""
     eng = get_engine()
     try:
-        data = await _read(eng, fd, _FIRST, 0)
-        if len(data) < _FIRST:
-            return data
-        parts = [data]
-        size = (await _k.fstat(fd)).st_size
-        off = len(data)
+        st = await _k.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+            return await _read_with_a_file_object(fd)
+        size = st.st_size
+        parts: list[bytes] = []
+        off = 0
         while True:
-            want = max(size - off, 0) + 65536
+            # One byte past the size: a short read proves the end of a file with a size.
+            want = max(size - off + 1, _FIRST if not off else 65536)
             eng = get_engine()  # close_engine() between two reads: the next one makes another
             chunk = await _read(eng, fd, want, off)
+            if not chunk:
+                break
             parts.append(chunk)
             off += len(chunk)
-            if len(chunk) < want:
-                return b"".join(parts)
+            if len(chunk) < want and size and off >= size:
+                break
+        return parts[0] if len(parts) == 1 else b"".join(parts)
     except IsADirectoryError as exc:
         raise IsADirectoryError(exc.errno, exc.strerror, os.fspath(path)) from None
     except OSError as exc:
         if exc.errno == errno.EISDIR:
             raise IsADirectoryError(exc.errno, exc.strerror, os.fspath(path)) from None
         if exc.errno == errno.EINVAL and eng.backend == "linux_aio":  # a pseudo-file
-            f = await open_file(fd, "rb", closefd=False)
-            try:
-                return bytes(await f.read())
-            finally:
-                await f.close()
+            return await _read_with_a_file_object(fd)
         raise
+
+
+async def _read_with_a_file_object(fd: int) -> bytes:
+    f = await open_file(fd, "rb", closefd=False)
+    try:
+        return bytes(await f.read())
+    finally:
+        await f.close()
 
 
 async def read_bytes(path: StrPath) -> bytes:
@@ -97,7 +112,19 @@ async def write_bytes(path: StrPath, data: Any) -> int:
     view = memoryview(data)
     fd = await _k.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
-        return await pwrite(fd, view, 0)
+        try:
+            return await pwrite(fd, view, 0)
+        except OSError as exc:
+            if exc.errno != errno.ESPIPE:
+                raise
+        # A FIFO, a socket or a terminal: no position to write at; a file object writes the
+        # stream as the builtin's does.
+        f = await open_file(fd, "wb", closefd=False)
+        try:
+            n = await f.write(view)
+        finally:
+            await f.close()
+        return int(n)
     finally:
         await _k.close_fd(fd)
 

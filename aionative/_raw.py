@@ -311,6 +311,11 @@ class WindowRaw(io.RawIOBase):
         self.mode = _MODES[readable, writable, appending, created]
         self.pos = pos
         self.size = size            # the file's size as we know it (regular files)
+        # Whether a short read that reaches `size` proves the end of the file. Not for a file
+        # that said it was empty: procfs files (/proc/self/maps, /proc/kallsyms) report size
+        # 0 and return a page per read, so only an empty read ends them, as it ends the
+        # builtin's loops. Once written through this object the size is the file's own.
+        self.sized = size > 0
         self.staged: list[tuple[int, bytes | None]] = []  # (offset, data) or (size, None)
         self.disk_size = size       # the size on disk (direct writes pad, then trim to it)
 
@@ -390,7 +395,7 @@ class WindowRaw(io.RawIOBase):
         """What a read of ``requested`` bytes at ``offset`` that returned ``got`` says of the
         file's size and end (regular files; see add_data)."""
         end = offset + got
-        if got < requested and (not got or end >= self.size):
+        if got < requested and (not got or self.sized and end >= self.size):
             self.eof = end
             # Data ending here: the file's size. Nothing at an offset past our size: the size
             # we know stands (nothing at an offset below it: the file shrank under us).
@@ -617,6 +622,7 @@ class WindowRaw(io.RawIOBase):
         self._overlay(off, data, self.appending)
         self.pos = off + len(data)
         self.size = max(self.size, self.pos)
+        self.sized = True
         if not self.in_op:
             self._sync_flush_staged()
         return len(data)
@@ -660,6 +666,7 @@ class WindowRaw(io.RawIOBase):
             raise _einval()
         self.staged.append((size, None))
         self.size = size
+        self.sized = True
         self._end_window_at(size)
         self.eof = size
         if not self.in_op:

@@ -341,3 +341,70 @@ async def test_direct_opens_o_direct_and_handles_alignment(backend: str, tmp_pat
     async with aionative.open(path, "a", direct=True) as f:  # append, emulated
         await f.write("end")
     assert path.read_bytes() == expected + b"end"
+
+
+def _kallsyms() -> bytes:
+    """A procfs file that reports size 0, returns a page a read and holds megabytes, and
+    whose content does not change while it is read."""
+    try:
+        with open("/proc/kallsyms", "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        pytest.skip(f"/proc/kallsyms cannot be read here: {exc}")
+    if os.stat("/proc/kallsyms").st_size != 0 or len(data) < 65536:
+        pytest.skip("/proc/kallsyms is not a large file of size 0 here")
+    return data
+
+
+@pytest.mark.usefixtures("backend")
+async def test_a_procfs_file_of_size_zero_is_read_to_its_end() -> None:
+    """procfs files report size 0 and return at most a page per read: a short read is not
+    their end, only an empty read is, as for the builtin's loops."""
+    want = _kallsyms()
+    async with aionative.open("/proc/kallsyms", "rb") as f:
+        assert await f.read() == want
+    async with aionative.open("/proc/kallsyms", "rb") as f:
+        assert await f.read(len(want) + 1) == want
+    async with aionative.open("/proc/kallsyms", "rb", buffering=0) as f:
+        assert await f.read() == want
+    async with aionative.open("/proc/kallsyms", encoding="ascii") as f:
+        assert "".join(await f.readlines()) == want.decode("ascii")
+    assert await aionative.read_bytes("/proc/kallsyms") == want
+    assert await aionative.read_text("/proc/kallsyms", encoding="ascii") == want.decode("ascii")
+
+
+@pytest.mark.usefixtures("backend")
+async def test_a_fifo_is_read_and_written_whole_by_the_one_call_helpers(tmp_path: Path) -> None:
+    """read_bytes of a FIFO whose writer writes in several chunks returns everything up to
+    the writer's close (pathlib's read_bytes does); write_bytes writes all of its data to a
+    FIFO (no position to write at: not pwrite's ESPIPE)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    chunks = [bytes([65 + i]) * 70_000 for i in range(5)]
+
+    def writer() -> None:
+        with open(fifo, "wb", buffering=0) as w:
+            for chunk in chunks:
+                w.write(chunk)
+                time.sleep(0.02)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert await asyncio.wait_for(aionative.read_bytes(fifo), 30) == b"".join(chunks)
+    finally:
+        t.join()
+    got: list[bytes] = []
+
+    def reader() -> None:
+        with open(fifo, "rb") as r:
+            got.append(r.read())
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        data = b"xyz" * 100_000
+        assert await asyncio.wait_for(aionative.write_bytes(fifo, data), 30) == len(data)
+    finally:
+        t.join()
+    assert got == [data]
