@@ -82,6 +82,14 @@ S = TypeVar("S", str, bytes)
 _READ1_FLUSHES = sys.version_info >= (3, 13)  # BufferedRandom.read1 flushes its writes first
 _READAHEAD_MIN = 32 * 1024
 _READAHEAD_MAX = 1024 * 1024
+# Lines and bytes served from the window without I/O never suspend the task; a tight loop of
+# them would hold the event loop for as long as the window lasts (a 16 MiB file of short
+# lines: over 100 ms). So the gate hands out at most _GRANT_LINES lines at a time, and charges
+# each fast read(n) at least _ROOM_CHARGE bytes of its room (read(1) loops): then the slow
+# path runs, and yields a turn when the loop iteration's budget is spent (_cede). Both are
+# about 100 µs of fast steps, a budget's worth.
+_GRANT_LINES = 512
+_ROOM_CHARGE = 2048
 #: From this size on, ``read(n)`` / ``readinto(b)`` of a read-only regular file whose buffers
 #: hold nothing at the position is one ``aionative.pread`` / ``preadinto`` (see
 #: _BinaryBase._read_direct): the kernel copies into the result, where the window would copy
@@ -1099,6 +1107,7 @@ class AsyncBase(Generic[S]):
     _anext_py = __anext__
 
     async def _anext_slow(self) -> S:
+        await self._cede()
         line = await self._next_line()
         if line:
             return line
@@ -1205,7 +1214,13 @@ class AsyncBase(Generic[S]):
         finally:
             self._unlock()
             if grant > 0:
-                self._line_gate().budget = grant
+                self._line_gate().budget = min(grant, _GRANT_LINES)
+
+    async def _cede(self) -> None:
+        """Yield one turn of the loop if this iteration's budget is spent (see _GRANT_LINES):
+        the slow paths of the calls the window serves without I/O come here first."""
+        if get_engine().turn_spent():
+            await _k.one_turn()
 
     async def _readline_rest(self, head: bytes) -> bytes:
         raise NotImplementedError
@@ -1320,7 +1335,7 @@ class _BinaryBase(AsyncBase[bytes]):
         if type(size) is int and 0 < size <= gate.room:
             # The window holds these bytes and a buffer more (see _read_room): the
             # synchronous file reads them without the lock, a fetch or a check.
-            gate.room -= size
+            gate.room -= max(size, _ROOM_CHARGE)
             gate.budget = 0
             try:
                 return gate.read(size)  # type: ignore[no-any-return]
@@ -1339,6 +1354,7 @@ class _BinaryBase(AsyncBase[bytes]):
                 self._materialize()
         if self._raw is None:
             return bytes(await self._in_executor(self._file.read, size))
+        await self._cede()  # (after a run of reads the room served: see _ROOM_CHARGE)
         if not self._try_lock():
             await self._lock()
         room = 0
@@ -1394,6 +1410,7 @@ class _BinaryBase(AsyncBase[bytes]):
             line = self._gated_line()
             if line:
                 return line
+            await self._cede()
         if self._raw is None:
             return bytes(await self._in_executor(self._file.readline, size))
         if not self._try_lock():
@@ -1427,7 +1444,7 @@ class _BinaryBase(AsyncBase[bytes]):
         finally:
             self._unlock()
             if grant > 0:
-                self._line_gate().budget = grant
+                self._line_gate().budget = min(grant, _GRANT_LINES)
 
     async def readlines(self, hint: int | None = -1, /) -> list[bytes]:
         if self._raw is None:
@@ -1865,6 +1882,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             line = self._gated_line()
             if line:
                 return line
+            await self._cede()
         if self._raw is None:
             return str(await self._in_executor(self._file.readline, size))
         if not self._try_lock():
@@ -1898,7 +1916,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         finally:
             self._unlock()
             if grant > 0:
-                self._line_gate().budget = grant
+                self._line_gate().budget = min(grant, _GRANT_LINES)
 
     async def readlines(self, hint: int | None = -1, /) -> list[str]:
         if self._raw is None:

@@ -43,8 +43,13 @@ async def _read_fd(fd: int, path: StrPath) -> bytes:
         parts: list[bytes] = []
         off = 0
         while True:
-            # One byte past the size: a short read proves the end of a file with a size.
-            want = max(size - off + 1, _FIRST if not off else 65536)
+            # A small file whole, with one byte past its size: a short read proves the end
+            # of a file with a size. A larger one: a first piece, then the rest and more (a
+            # file that grew returns a full read, and the loop goes on).
+            if off:
+                want = max(size - off, 0) + 65536
+            else:
+                want = size + 1 if size < _FIRST else _FIRST
             eng = get_engine()  # close_engine() between two reads: the next one makes another
             chunk = await _read(eng, fd, want, off)
             if not chunk:

@@ -451,6 +451,20 @@ class ThreadsEngine:
             fut, method, args = queue.popleft()
             self._retry(fut, method, args)
 
+    def turn_spent(self) -> bool:
+        """Whether this loop iteration's budget is spent (the native engine's ``turn_spent``):
+        work served from memory yields a turn when it is. Opens the iteration's window."""
+        if not self._budget_ns:
+            return False
+        if not self._window_start:
+            loop = self._loop_ref()
+            if loop is None or self._closed:
+                return False
+            loop.call_soon(self._reopen)
+            self._window_start = time.monotonic_ns()
+            return False
+        return self._spent_now()
+
     def _spent_now(self) -> bool:
         """Whether this iteration's budget is gone, by the clock: ``_spent`` is set only when a
         call finds it so, and a read the drain let through may have spent it. (Taken from the

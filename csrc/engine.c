@@ -1602,6 +1602,17 @@ PyObject *Engine_cancel_wait(engine_t *e, PyObject *fut)
     return Py_XNewRef(op->settled);
 }
 
+/* turn_spent() -> bool: see inline_turn_spent. */
+static PyObject *Engine_turn_spent(engine_t *e, PyObject *unused)
+{
+    if (e->closed || e->fork_gen != engine_fork_generation)
+        Py_RETURN_FALSE;
+    int spent = inline_turn_spent(e);
+    if (spent < 0)
+        return NULL;
+    return PyBool_FromLong(spent);
+}
+
 /* ---------------------------------------------------------------- loop callbacks */
 
 static void eventfd_clear(engine_t *e)
@@ -2334,6 +2345,9 @@ static PyMethodDef Engine_methods[] = {
      "supports(name) -> bool: the kernel runs this operation for this engine"},
     {"cancel", (PyCFunction)Engine_cancel, METH_O,
      "cancel(future) -> bool: abandon the operation whose future this is"},
+    {"turn_spent", (PyCFunction)Engine_turn_spent, METH_NOARGS,
+     "turn_spent() -> bool: whether this loop iteration's budget is spent (work served from "
+     "memory yields a turn then)"},
     {"cancel_wait", (PyCFunction)Engine_cancel_wait, METH_O,
      "cancel_wait(future) -> Future | None: cancel the operation; a future resolved when the "
      "kernel is done with its memory, or None if it is already"},

@@ -395,6 +395,7 @@ int inline_budget_ok(engine_t *e, int retry);
  * parks: see engine_park). */
 #define INLINE_NOW 2
 int inline_allowed(engine_t *e, int fd, int retry);
+int inline_turn_spent(engine_t *e);
 /* 1 if what the engine knows of `fd` now says its reads never go inline (O_DIRECT). */
 int inline_fd_refuses(engine_t *e, int fd);
 /* 0 if `fd` has a file position (pread/pwrite may use it), else -1 with OSError(ESPIPE) set. */

@@ -68,6 +68,32 @@ int inline_budget_ok(engine_t *e, int retry)
     return 1;
 }
 
+/* 1 if this loop iteration's budget is spent, 0 if not (the iteration's window opened if it
+ * was not: its flush reopens it next iteration), -1 on error. For work served from memory
+ * (a file's read-ahead window, lines and bytes handed out without any I/O): its caller yields
+ * a turn when the budget is spent, so a tight loop holds the event loop for about one budget,
+ * as inline reads do. No retry grace: nothing waits to be admitted. */
+int inline_turn_spent(engine_t *e)
+{
+    if (!e->budget_ns)
+        return 0;
+    if (e->budget_spent)
+        return 1;
+    uint64_t now = mono_ns();
+    if (!e->window_start) {
+        if (engine_schedule_flush(e) < 0)
+            return -1;
+        e->window_start = now;
+        return 0;
+    }
+    if (now - e->window_start < e->budget_ns)
+        return 0;
+    e->budget_spent = 1;
+    e->spent_since_release = 1;
+    e->st.budget_exhausted++;
+    return 1;
+}
+
 /* Descriptor facts, learned once per loop iteration.
  *
  * Whether a read may go inline (not O_DIRECT) and whether a write may (write_eligible) are

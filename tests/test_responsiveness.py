@@ -1,0 +1,86 @@
+"""A tight loop over a file the read-ahead window serves (no I/O to wait for) still lets the
+event loop run: ``async for``, ``readline()`` and ``read(1)`` yield a turn once the loop
+iteration's budget is spent, as inline reads do. A ticker task beside them measures the
+longest time the loop went without running it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+import aionative
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
+
+# A loop that never yields holds the loop for as long as the window lasts: 20 ms (async for)
+# to over 100 ms (read(1)) on a 16 MiB file here. Yielding at each spent budget, the longest
+# gap is about a millisecond; the bound leaves room for a shared, noisy machine.
+MAX_GAP = 0.010
+
+
+@pytest.fixture(scope="module")
+def lines_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("responsive") / "lines"
+    path.write_bytes(b"".join(b"line %026d\n" % i for i in range((16 << 20) // 32)))
+    return path
+
+
+async def _longest_gap(work: Callable[[], Awaitable[None]]) -> float:
+    gaps: list[float] = []
+    stop = False
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not stop:
+            await asyncio.sleep(0)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)
+    try:
+        await work()
+    finally:
+        stop = True
+        await task
+    return max(gaps)
+
+
+@pytest.mark.parametrize("mode", ["rb", "r"])
+async def test_async_for_over_a_cached_file_yields(lines_file: Path, mode: str) -> None:
+    lines_file.read_bytes()  # cached
+
+    async def work() -> None:
+        async with aionative.open(lines_file, mode) as f:
+            async for _ in f:
+                pass
+
+    assert await _longest_gap(work) < MAX_GAP
+
+
+@pytest.mark.parametrize("mode", ["rb", "r"])
+async def test_a_readline_loop_over_a_cached_file_yields(lines_file: Path, mode: str) -> None:
+    lines_file.read_bytes()
+
+    async def work() -> None:
+        async with aionative.open(lines_file, mode) as f:
+            while await f.readline():
+                pass
+
+    assert await _longest_gap(work) < MAX_GAP
+
+
+async def test_a_read_1_loop_over_a_cached_file_yields(lines_file: Path) -> None:
+    lines_file.read_bytes()
+
+    async def work() -> None:
+        async with aionative.open(lines_file, "rb") as f:
+            for _ in range(400_000):
+                await f.read(1)
+
+    assert await _longest_gap(work) < MAX_GAP
