@@ -1237,6 +1237,12 @@ class AsyncBase(Generic[S]):
         raw = self.__dict__.get("_raw")
         if raw is not None and not raw.closed:
             warnings.warn(f"unclosed file {self!r}", ResourceWarning, stacklevel=2, source=self)
+            # Closed now, as the builtin's stack closes itself when collected: the warning's
+            # source may keep this wrapper alive (warnings being recorded, as pytest does),
+            # and the data a buffered or text writer holds must not wait for that. The
+            # synchronous stack writes it and closes the descriptor (an error is reported
+            # as unraisable, as the builtin's is).
+            self._file.close()
 
     def __repr__(self) -> str:
         lazy = self._lazy

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -1467,3 +1468,25 @@ async def test_one_call_helper_errors(tmp_path: Path) -> None:
         await aionative.write_bytes(tmp_path / "no" / "f", b"x")
     with pytest.raises(IsADirectoryError):
         await aionative.write_text(tmp_path, "x")
+
+
+@pytest.mark.parametrize("mode", ["w", "wb"])
+@io_test
+async def test_a_file_dropped_unclosed_while_warnings_are_recorded_is_closed(
+        tmp_path: Path, mode: str) -> None:
+    """A file object dropped without close() warns (ResourceWarning), and is closed at once
+    with its buffered data written, as the builtin's is when collected, even though the
+    recorded warning's source keeps the object alive (pytest records warnings so)."""
+    path = tmp_path / "dropped"
+    data: Any = "buffered text" if mode == "w" else b"buffered bytes"
+    with warnings.catch_warnings(record=True) as recorded:
+        warnings.simplefilter("always")
+        f = await aionative.open(path, mode)
+        await f.write(data)
+        before = open_fds()
+        del f
+        gc.collect()
+        assert open_fds() == before - 1
+        assert any(issubclass(w.category, ResourceWarning) for w in recorded)
+        assert recorded[-1].source is not None  # the wrapper, kept alive by the record
+    assert path.read_bytes() == (data.encode() if mode == "w" else data)
