@@ -232,6 +232,15 @@ static int call_refuse_stream(call_t *c, engine_t *e)
     PyObject *fd_obj = c->args[0], *off_obj = c->args[2], *arg = c->args[1];
     if (!PyLong_Check(fd_obj) || !PyLong_Check(off_obj))
         return 0;
+    int overflow;
+    long long fd = PyLong_AsLongLongAndOverflow(fd_obj, &overflow);
+    long long off = overflow ? -1 : PyLong_AsLongLongAndOverflow(off_obj, &overflow);
+    if (overflow || fd < 0 || fd > INT_MAX || off < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (inline_fd_known_positional(e, (int)fd))  /* the common case: asked this iteration */
+        return 0;
     if (c->kind == CALL_PREAD) {
         if (!PyLong_Check(arg) || PyLong_AsLongLong(arg) < 0) {
             PyErr_Clear();
@@ -247,13 +256,6 @@ static int call_refuse_stream(call_t *c, engine_t *e)
             return 0;
         }
         PyBuffer_Release(&view);
-    }
-    int overflow;
-    long long fd = PyLong_AsLongLongAndOverflow(fd_obj, &overflow);
-    long long off = overflow ? -1 : PyLong_AsLongLongAndOverflow(off_obj, &overflow);
-    if (overflow || fd < 0 || fd > INT_MAX || off < 0) {
-        PyErr_Clear();
-        return 0;
     }
     return inline_fd_positional(e, (int)fd);
 }
@@ -342,9 +344,12 @@ static PySendResult call_settle_wait(call_t *c, PyObject **result)
             Py_DECREF(w);
             break;
         }
-        PyObject *it = Py_TYPE(w)->tp_as_async->am_await(w);
+        unaryfunc am_await = Py_TYPE(w)->tp_as_async ? Py_TYPE(w)->tp_as_async->am_await : NULL;
+        PyObject *it = am_await ? am_await(w) : NULL;
         Py_DECREF(w);
         if (!it) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "cancel_wait() returned no awaitable");
             call_forget(c);
             return PYGEN_ERROR;
         }
@@ -496,18 +501,17 @@ static PyObject *Call_throw(call_t *c, PyObject *const *args, Py_ssize_t n)
 #endif
     if (call_busy(c))
         return NULL;
-    PyObject *exc = thrown_exception(args, n);
-    if (!exc) {  /* the call is finished, as a failed throw finishes it (the operation goes on) */
-        call_forget(c);
-        return NULL;
-    }
     PyObject *result = NULL;
-    if (c->state == ST_SETTLE) {  /* what is thrown now changes nothing: the wait goes on */
-        Py_DECREF(exc);
+    if (c->state == ST_SETTLE) {  /* whatever is thrown now (valid or not), the wait goes on */
         c->running = 1;
         PySendResult r = call_settle_wait(c, &result);
         c->running = 0;
         return r == PYGEN_NEXT ? result : NULL;
+    }
+    PyObject *exc = thrown_exception(args, n);
+    if (!exc) {  /* the call is finished, as a failed throw finishes it (the operation goes on) */
+        call_forget(c);
+        return NULL;
     }
     if (c->state != ST_WAIT) {
         call_forget(c);

@@ -2084,8 +2084,10 @@ static int Engine_traverse(engine_t *e, visitproc visit, void *arg)
     Py_VISIT(e->loop_ref);
     for (uint32_t b = 0; b < e->nblocks; b++)
         for (uint32_t i = 0; i < OP_BLOCK; i++)
-            if (e->blocks[b][i].state != OPS_FREE)
+            if (e->blocks[b][i].state != OPS_FREE) {
                 Py_VISIT(e->blocks[b][i].future);
+                Py_VISIT(e->blocks[b][i].settled);
+            }
     for (uint32_t i = 0; i < e->park_len; i++)
         Py_VISIT(e->parked[(e->park_head + i) & (e->park_cap - 1)].fut);
     return 0;

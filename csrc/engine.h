@@ -400,6 +400,8 @@ int inline_turn_spent(engine_t *e);
 int inline_fd_refuses(engine_t *e, int fd);
 /* 0 if `fd` has a file position (pread/pwrite may use it), else -1 with OSError(ESPIPE) set. */
 int inline_fd_positional(engine_t *e, int fd);
+/* 1 if this iteration already found `fd` to have a position (no system call, no error). */
+int inline_fd_known_positional(engine_t *e, int fd);
 int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
                 uint64_t *got);
 int inline_empty_read(engine_t *e, int fd, int64_t off);

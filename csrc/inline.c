@@ -114,8 +114,7 @@ int inline_turn_spent(engine_t *e)
  * read sent early schedules no flush, so the facts are renewed at the next wake-up or flush;
  * a number reused meanwhile for a buffered file has its reads queued, not inline: time
  * again. */
-enum { MEMO_READ = 1, MEMO_READ_OK = 2, MEMO_WRITE = 4, MEMO_WRITE_OK = 8, MEMO_SEEK = 16,
-       MEMO_SEEK_OK = 32 };
+enum { MEMO_READ = 1, MEMO_READ_OK = 2, MEMO_WRITE = 4, MEMO_WRITE_OK = 8, MEMO_SEEK_OK = 16 };
 
 /* `fd`'s entry, emptied when it held another number or another iteration's facts. */
 static fd_memo_t *fd_memo(engine_t *e, int fd)
@@ -140,23 +139,50 @@ int inline_fd_refuses(engine_t *e, int fd)
  * a pipe, FIFO, socket, tty, eventfd) with ESPIPE; io_uring's READ and WRITE instead ignore
  * the offset for such files (they would consume or produce stream data), and Linux AIO may run
  * them inside io_submit, on the loop's thread, for as long as the stream stays empty or full.
- * Asked once per number and loop iteration with a preadv(2) of no buffers: the kernel checks
- * FMODE_PREAD first and returns before the filesystem is called for an empty transfer, so it
- * neither reads nor waits. (lseek(2) is no test: an eventfd's succeeds.) Any other error
- * (EBADF: not open, or not for reading) is the operation's to report, as the queue reports it. */
+ * Told by the file's type (fstat): pipes, FIFOs, sockets and anonymous inodes (eventfd,
+ * timerfd, signalfd: no type bits) have no position; regular files, directories and block
+ * devices have one; a character device has one if lseek(2) accepts it (a tty does not, as
+ * pread does not; /dev/zero does). Neither call reads the file or notifies a watcher. A
+ * position found is remembered for the loop iteration (see fd_memo); no position is asked
+ * again on every call, so a number reused for a file is never refused for its past. Any
+ * other error (EBADF) is the operation's to report, as the queue reports it. */
+static int fd_has_position(engine_t *e, int fd)
+{
+    struct stat st;
+    e->st.syscalls++;
+    if (fstat(fd, &st) < 0)
+        return 1;
+    switch (st.st_mode & S_IFMT) {
+    case S_IFIFO:
+    case S_IFSOCK:
+    case 0:
+        return 0;
+    case S_IFCHR:
+        e->st.syscalls++;
+        return !(lseek(fd, 0, SEEK_CUR) < 0 && errno == ESPIPE);
+    default:
+        return 1;
+    }
+}
+
 int inline_fd_positional(engine_t *e, int fd)
 {
     fd_memo_t *m = fd_memo(e, fd);
-    if (!(m->what & MEMO_SEEK)) {
-        e->st.syscalls++;
-        int stream = preadv(fd, NULL, 0, 0) < 0 && errno == ESPIPE;
-        m->what |= MEMO_SEEK | (stream ? 0 : MEMO_SEEK_OK);
-    }
     if (m->what & MEMO_SEEK_OK)
         return 0;
+    if (fd_has_position(e, fd)) {
+        m->what |= MEMO_SEEK_OK;
+        return 0;
+    }
     errno = ESPIPE;
     PyErr_SetFromErrno(PyExc_OSError);
     return -1;
+}
+
+int inline_fd_known_positional(engine_t *e, int fd)
+{
+    fd_memo_t *m = &e->fd_memo[(unsigned)fd & (FD_MEMO_SIZE - 1)];
+    return m->fd == fd && m->gen == e->memo_gen && (m->what & MEMO_SEEK_OK);
 }
 
 void inline_forget_fd(engine_t *e, int fd)

@@ -10,6 +10,7 @@ import errno
 import os
 import socket
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +131,27 @@ async def test_argument_errors_come_before_espipe(pipe: tuple[int, int]) -> None
             with pytest.raises(Exception) as theirs:
                 sync()
             assert type(ours.value) is type(theirs.value)
+
+
+async def test_a_number_refused_as_a_pipe_is_served_once_it_names_a_file(
+        tmp_path: Path) -> None:
+    """No position is not remembered: the pipe's number, closed and reused for a regular
+    file, is read at once (a verdict kept for the loop iteration refused the file)."""
+    path = tmp_path / "file"
+    path.write_bytes(b"positional")
+    for _ in range(20):
+        r, w = os.pipe()
+        with pytest.raises(OSError) as refused:
+            await aionative.pread(r, 5, 0)
+        assert refused.value.errno == errno.ESPIPE
+        os.close(r)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if fd != r:
+                continue  # the number went elsewhere: nothing to show this time
+            assert await aionative.pread(fd, 5, 0) == b"posit"
+            return
+        finally:
+            os.close(fd)
+            os.close(w)
+    pytest.skip("the pipe's number was never reused by open()")
