@@ -92,6 +92,13 @@ _READAHEAD_MAX = 1024 * 1024
 # python -m bench.instructions --cases afor:rb readline:rb read:1000.
 _GRANT_LINES = 512
 _ROOM_CHARGE = 512
+
+
+def _turn_spent_py() -> bool:
+    return get_engine().turn_spent()
+
+
+_turn_spent: Callable[[], bool] = _core.turn_spent if _core is not None else _turn_spent_py
 #: From this size on, ``read(n)`` / ``readinto(b)`` of a read-only regular file whose buffers
 #: hold nothing at the position is one ``aionative.pread`` / ``preadinto`` (see
 #: _BinaryBase._read_direct): the kernel copies into the result, where the window would copy
@@ -1221,7 +1228,7 @@ class AsyncBase(Generic[S]):
     async def _cede(self) -> None:
         """Yield one turn of the loop if this iteration's budget is spent (see _GRANT_LINES):
         the slow paths of the calls the window serves without I/O come here first."""
-        if get_engine().turn_spent():
+        if _turn_spent():
             await _k.one_turn()
 
     async def _readline_rest(self, head: bytes) -> bytes:
@@ -1343,7 +1350,9 @@ class _BinaryBase(AsyncBase[bytes]):
         if type(size) is int and 0 < size <= gate.room:
             # The window holds these bytes and a buffer more (see _read_room): the
             # synchronous file reads them without the lock, a fetch or a check.
-            gate.room -= max(size, _ROOM_CHARGE)
+            gate.room -= size if size >= _ROOM_CHARGE else _ROOM_CHARGE
+            if gate.room <= 0:
+                gate.room = -1  # spent by fast reads: the next read cedes first
             gate.budget = 0
             try:
                 return gate.read(size)  # type: ignore[no-any-return]
@@ -1362,7 +1371,10 @@ class _BinaryBase(AsyncBase[bytes]):
                 self._materialize()
         if self._raw is None:
             return bytes(await self._in_executor(self._file.read, size))
-        await self._cede()  # (after a run of reads the room served: see _ROOM_CHARGE)
+        if gate.room < 0:  # after a run of reads the room served (see _ROOM_CHARGE)
+            gate.room = 0
+            if _turn_spent():
+                await _k.one_turn()
         if not self._try_lock():
             await self._lock()
         room = 0

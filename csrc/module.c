@@ -295,7 +295,29 @@ static int running_loop_init(void)
 }
 #endif
 
+/* turn_spent() -> bool: the running loop's engine's turn_spent(), its lookup in C (the file
+ * layer asks it after every run of lines or bytes served from a window). */
+static PyObject *turn_spent(PyObject *m, PyObject *unused)
+{
+    PyObject *eng = running_engine();
+    if (!eng)
+        return NULL;
+    PyObject *r;
+    if (Py_TYPE(eng) == &Engine_Type) {
+        engine_t *e = (engine_t *)eng;
+        int spent = e->closed || e->fork_gen != engine_fork_generation ? 0 : inline_turn_spent(e);
+        r = spent < 0 ? NULL : PyBool_FromLong(spent);
+    } else {
+        r = PyObject_CallMethod(eng, "turn_spent", NULL);
+    }
+    Py_DECREF(eng);
+    return r;
+}
+
 static PyMethodDef module_methods[] = {
+    {"turn_spent", turn_spent, METH_NOARGS,
+     "turn_spent() -> bool: whether the running loop's engine has spent this iteration's "
+     "budget"},
     {"running_loop", running_loop, METH_NOARGS,
      "running_loop() -> loop | None: asyncio.get_running_loop() without its getpid(2) on "
      "Python 3.11; None: ask asyncio"},
