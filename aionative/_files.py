@@ -1350,7 +1350,7 @@ class _BinaryBase(AsyncBase[bytes]):
         if type(size) is int and 0 < size <= gate.room:
             # The window holds these bytes and a buffer more (see _read_room): the
             # synchronous file reads them without the lock, a fetch or a check.
-            gate.room -= size if size >= _ROOM_CHARGE else _ROOM_CHARGE
+            gate.room -= size if size >= _ROOM_CHARGE else _ROOM_CHARGE  # noqa: FURB136 (max() costs more)
             if gate.room <= 0:
                 gate.room = -1  # spent by fast reads: the next read cedes first
             gate.budget = 0
