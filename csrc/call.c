@@ -331,6 +331,19 @@ static PySendResult call_settle(call_t *c, PyObject **result)
     return call_settle_wait(c, result);
 }
 
+/* 1 if a send into the settle wait left it waiting; else its outcome (the waiter resolved,
+ * or cancelled: the first CancelledError stands either way) is dropped, and 0. */
+static int settle_waiting(PySendResult r, PyObject **result)
+{
+    if (r == PYGEN_NEXT)
+        return 1;
+    if (r == PYGEN_RETURN)
+        Py_DECREF(*result);
+    else
+        PyErr_Clear();
+    return 0;
+}
+
 /* Wait (ST_SETTLE) while the kernel may still use the operation's memory, then raise `exc`. */
 static PySendResult call_settle_wait(call_t *c, PyObject **result)
 {
@@ -355,13 +368,8 @@ static PySendResult call_settle_wait(call_t *c, PyObject **result)
         }
         Py_XSETREF(c->it, it);
         c->state = ST_SETTLE;
-        PySendResult r = PyIter_Send(c->it, Py_None, result);
-        if (r == PYGEN_NEXT)
-            return r;
-        if (r == PYGEN_RETURN)
-            Py_DECREF(*result);
-        else
-            PyErr_Clear();  /* (its waiter was cancelled already: ask again) */
+        if (settle_waiting(PyIter_Send(c->it, Py_None, result), result))
+            return PYGEN_NEXT;
     }
     PyObject *exc = c->exc;
     c->exc = NULL;
@@ -392,16 +400,10 @@ static PySendResult call_step(call_t *c, PyObject *arg, PyObject **result)
             call_forget(c);
         return r;
     }
-    case ST_SETTLE: {
-        PySendResult r = PyIter_Send(c->it, arg, result);
-        if (r == PYGEN_NEXT)
-            return r;
-        if (r == PYGEN_RETURN)
-            Py_DECREF(*result);
-        else
-            PyErr_Clear();  /* the wait was cancelled: the first CancelledError stands */
-        return call_settle_wait(c, result);
-    }
+    case ST_SETTLE:
+        if (settle_waiting(PyIter_Send(c->it, arg, result), result))
+            return PYGEN_NEXT;
+        return call_settle_wait(c, result);  /* (asked again: done, or a new waiter) */
     case ST_DONE:
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited coroutine");
         return PYGEN_ERROR;

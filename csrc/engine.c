@@ -1551,21 +1551,36 @@ static void engine_abandon(engine_t *e, uint32_t idx)
     }
 }
 
-PyObject *Engine_cancel(engine_t *e, PyObject *fut)
+/* The slot of `fut`'s operation, OP_NONE if this engine holds none (closed, or a forked
+ * child's copy of its parent's). */
+static uint32_t engine_op_of(engine_t *e, PyObject *fut)
 {
     if (e->fork_gen != engine_fork_generation || e->closed)
-        Py_RETURN_FALSE;
-    uint32_t idx = engine_find(e, fut);
-    if (idx == OP_NONE)
-        Py_RETURN_FALSE;
+        return OP_NONE;
+    return engine_find(e, fut);
+}
+
+/* Abandon slot idx's operation; the cancel request goes out now, not with the iteration's
+ * batch. 0, or -1 with the error set. */
+static int engine_cancel_slot(engine_t *e, uint32_t idx)
+{
     engine_abandon(e, idx);
-    /* The cancel request goes out now, not with the iteration's batch. */
     if (e->in_kernel) {
         PyObject *r = engine_flush(e, 0);
         if (!r)
-            return NULL;
+            return -1;
         Py_DECREF(r);
     }
+    return 0;
+}
+
+PyObject *Engine_cancel(engine_t *e, PyObject *fut)
+{
+    uint32_t idx = engine_op_of(e, fut);
+    if (idx == OP_NONE)
+        Py_RETURN_FALSE;
+    if (engine_cancel_slot(e, idx) < 0)
+        return NULL;
     Py_RETURN_TRUE;
 }
 
@@ -1576,15 +1591,11 @@ PyObject *Engine_cancel(engine_t *e, PyObject *fut)
  * is left with the kernel (the operation had not been submitted, or is over). */
 PyObject *Engine_cancel_wait(engine_t *e, PyObject *fut)
 {
-    if (e->fork_gen != engine_fork_generation || e->closed)
-        Py_RETURN_NONE;
-    uint32_t idx = engine_find(e, fut);
+    uint32_t idx = engine_op_of(e, fut);
     if (idx == OP_NONE)
         Py_RETURN_NONE;
-    PyObject *r = Engine_cancel(e, fut);
-    if (!r)
+    if (engine_cancel_slot(e, idx) < 0)
         return NULL;
-    Py_DECREF(r);
     op_t *op = engine_slot(e, idx);
     if (op->state == OPS_FREE || op->future != fut)  /* finished by its cancellation */
         Py_RETURN_NONE;

@@ -25,6 +25,29 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Open this iteration's budget window at `now` if it is not open: 1 if it was opened, 0 if
+ * it was open already, -1 on error. The flush it schedules runs on the next iteration, after
+ * the loop has polled: it reopens the window, so the budget is per iteration however the loop
+ * gets there. */
+static int budget_window_open(engine_t *e, uint64_t now)
+{
+    if (e->window_start)
+        return 0;
+    if (engine_schedule_flush(e) < 0)
+        return -1;
+    e->window_start = now;
+    return 1;
+}
+
+static void budget_mark_spent(engine_t *e)
+{
+    if (e->budget_spent)
+        return;
+    e->budget_spent = 1;
+    e->spent_since_release = 1;
+    e->st.budget_exhausted++;
+}
+
 /* 1 if this loop iteration's budget still allows inline work, 0 if not, -1 on error.
  *
  * `retry`: the caller was refused on an earlier iteration and has let the loop turn once
@@ -44,18 +67,11 @@ int inline_budget_ok(engine_t *e, int retry)
     else if (e->budget_spent && !follow)
         return 0;
     uint64_t now = mono_ns();
-    if (!e->window_start) {
-        /* The flush runs on the next iteration, after the loop has polled: it reopens the
-         * window, so the budget is per iteration however the loop gets there. */
-        if (engine_schedule_flush(e) < 0)
-            return -1;
-        e->window_start = now;
-    } else if (now - e->window_start >= e->budget_ns) {
-        if (!e->budget_spent) {
-            e->budget_spent = 1;
-            e->spent_since_release = 1;
-            e->st.budget_exhausted++;
-        }
+    int opened = budget_window_open(e, now);
+    if (opened < 0)
+        return -1;
+    if (!opened && now - e->window_start >= e->budget_ns) {
+        budget_mark_spent(e);
         if (!retry && !follow)
             return 0;
         if (now - e->window_start >= RETRY_GRACE * e->budget_ns) {
@@ -80,17 +96,12 @@ int inline_turn_spent(engine_t *e)
     if (e->budget_spent)
         return 1;
     uint64_t now = mono_ns();
-    if (!e->window_start) {
-        if (engine_schedule_flush(e) < 0)
-            return -1;
-        e->window_start = now;
-        return 0;
-    }
+    int opened = budget_window_open(e, now);
+    if (opened)
+        return opened < 0 ? -1 : 0;
     if (now - e->window_start < e->budget_ns)
         return 0;
-    e->budget_spent = 1;
-    e->spent_since_release = 1;
-    e->st.budget_exhausted++;
+    budget_mark_spent(e);
     return 1;
 }
 
