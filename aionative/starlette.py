@@ -737,6 +737,8 @@ class StaticFiles(_StarletteStaticFiles):
         return response
 
     async def _find(self, path: str) -> _Found | None:
+        if type(self).lookup_path is not _StarletteStaticFiles.lookup_path:
+            return await self._find_by_lookup_path(path)
         if path.startswith(("/", "\\")):
             return None
         if "\x00" in path:
@@ -747,6 +749,24 @@ class StaticFiles(_StarletteStaticFiles):
             if found is not None:
                 return found
         return None
+
+    async def _find_by_lookup_path(self, path: str) -> _Found | None:
+        """A subclass's own ``lookup_path``, run in a worker thread as Starlette runs it (it is
+        synchronous, and may touch the disk); the regular file it names is then opened through
+        the engine, and served from that descriptor with the descriptor's own stat."""
+        full_path, st = await asyncio.get_running_loop().run_in_executor(
+            None, self.lookup_path, path)
+        if st is None:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return _Found(full_path, -1, st)
+        fd = await _k.open_fd(full_path, os.O_RDONLY)
+        try:
+            st = await _k.fstat(fd)
+        except BaseException:
+            await _k.close_fd(fd)
+            raise
+        return _Found(full_path, fd, st)
 
     async def _find_in(self, eng: EngineLike, directory: str, path: str) -> _Found | None:
         joined = os.path.abspath(os.path.join(directory, path))

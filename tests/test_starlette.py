@@ -779,6 +779,37 @@ async def test_static_subclass_serving_another_file_sends_that_file(tmp_path: Pa
 
 
 @pytest.mark.asyncio
+async def test_static_subclass_lookup_path_is_honoured(tmp_path: Path) -> None:
+    """A subclass's ``lookup_path`` (Starlette's override point for where a path leads) decides
+    what is served, as with Starlette's class: here every ``*.txt`` path leads to one file
+    outside the directory, and every other path to nothing (before: the override was never
+    called, and the directory's own files were served)."""
+    static_dir = tmp_path / "static"
+    static_dir.mkdir()
+    (static_dir / "a.txt").write_bytes(b"the directory's own file")
+    (static_dir / "b.css").write_bytes(b"body {}")
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_bytes(b"chosen by lookup_path" * 100)
+
+    def app(static: Any) -> Starlette:
+        class Remapped(static):  # type: ignore[misc, valid-type]
+            def lookup_path(self, path: str) -> tuple[str, os.stat_result | None]:
+                if path.endswith(".txt"):
+                    return str(elsewhere), os.stat(elsewhere)
+                return "", None
+        return Starlette(routes=[Mount("/s", Remapped(directory=static_dir))])
+
+    results = []
+    for static in (StaticFiles, StarletteStaticFiles):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app(static)),
+                                     base_url="http://t") as client:
+            results.append([(r.status_code, r.content) for r in
+                            [await client.get(u) for u in ("/s/a.txt", "/s/b.css")]])
+    assert results[0] == results[1] == [(200, elsewhere.read_bytes()), (404, b"Not Found")]
+    assert open_fds_to(elsewhere) == 0
+
+
+@pytest.mark.asyncio
 async def test_static_subclass_response_without_a_stat_closes_every_descriptor(
         tmp_path: Path) -> None:
     """A subclass's ``file_response`` that builds ``FileResponse(full_path)`` without the
