@@ -291,6 +291,18 @@ class _Transfer:
                 os.close(fd)
 
 
+def _on_asyncio() -> bool:
+    """Whether an asyncio loop (the default loop or uvloop) runs this task. aionative's engine
+    serves asyncio only; under another async library (anyio's trio backend) the Starlette
+    classes' own code serves the request instead, through anyio, as if aionative's classes
+    were Starlette's."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 class FileResponse(_StarletteFileResponse):
     """``starlette.responses.FileResponse``, served by the engine.
 
@@ -369,6 +381,9 @@ class FileResponse(_StarletteFileResponse):
         return boundary, length + len(tail), pieces, tail
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not _on_asyncio():
+            self._adopt(-1)  # (Starlette's code opens the file itself)
+            return await super().__call__(scope, receive, send)
         scope_type = scope["type"]
         is_http = scope_type == "http"
         method = scope["method"].upper() if is_http else "GET"
@@ -666,6 +681,8 @@ class StaticFiles(_StarletteStaticFiles):
                          check_dir=check_dir, follow_symlink=follow_symlink)
 
     async def check_config(self) -> None:
+        if not _on_asyncio():
+            return await super().check_config()
         if self.directory is None:
             return
         try:
@@ -677,6 +694,8 @@ class StaticFiles(_StarletteStaticFiles):
             raise RuntimeError(f"StaticFiles path '{self.directory}' is not a directory.")
 
     async def get_response(self, path: str, scope: Scope) -> Response:
+        if not _on_asyncio():
+            return await super().get_response(path, scope)
         if scope["method"] not in ("GET", "HEAD"):
             raise HTTPException(status_code=405, headers={"Allow": "GET, HEAD"})
         try:

@@ -1135,3 +1135,29 @@ async def test_close_engine_between_chunks_of_a_response(native_backend: str,
     body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
     assert body == data
     assert open_fds_to(files / "big.bin") == 0
+
+
+def test_under_anyio_s_trio_backend_starlette_s_own_code_serves(tmp_path: Path) -> None:
+    """The engine serves asyncio (and uvloop) only. Under another async library (trio,
+    through anyio) FileResponse and StaticFiles run Starlette's own code: the same responses
+    as Starlette's classes, never an error from inside the engine."""
+    trio = pytest.importorskip("trio")
+    (tmp_path / "a.txt").write_bytes(b"served under trio" * 500)
+
+    def app(response: Any, static: Any) -> Starlette:
+        return Starlette(routes=[
+            Route("/f", lambda request: response(tmp_path / "a.txt")),
+            Mount("/s", static(directory=tmp_path)),
+        ])
+
+    async def fetch(application: Starlette) -> list[tuple[int, bytes]]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(application),
+                                     base_url="http://t") as client:
+            return [(r.status_code, r.content) for r in
+                    [await client.get(u) for u in ("/f", "/s/a.txt", "/s/missing")]]
+
+    ours = trio.run(fetch, app(FileResponse, StaticFiles))
+    theirs = trio.run(fetch, app(StarletteFileResponse, StarletteStaticFiles))
+    assert ours == theirs
+    assert ours[0] == (200, (tmp_path / "a.txt").read_bytes()) and ours[2][0] == 404
+    assert open_fds_to(tmp_path / "a.txt") == 0
