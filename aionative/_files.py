@@ -525,6 +525,25 @@ class AsyncBase(Generic[S]):
         finally:
             raw.in_op = False
 
+    def _pass_through(self, b: Any, owned: tuple[bytes | memoryview, int] | None,
+                      fn: Callable[[Any], Any] | None = None) -> Any:
+        """Write ``b`` through the synchronous stack (``fn``: its ``write``), letting a write
+        larger than the buffer reach the kernel from the caller's object, as the builtin's
+        buffered layer passes it to its raw file: ``owned`` (binary: ``b`` as staged, and its
+        size), or for text whatever the text layer encodes (``_PassingBuffer``). The buffered
+        layer does the rest as the builtin's does: it writes what it holds first, and keeps
+        its own position. The staged write is pushed before the call ends (``write`` and
+        ``writelines``), so the window need not hold a copy of it."""
+        raw = self._raw
+        assert raw is not None
+        raw.owned = owned
+        raw.passing = True
+        try:
+            return self._run(fn or self._file.write, b)
+        finally:
+            raw.owned = None
+            raw.passing = False
+
     async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a synchronous call in the executor; the raw layer may read the descriptor."""
         raw = self._raw
@@ -740,6 +759,8 @@ class AsyncBase(Generic[S]):
                         # submitted at once (a close may follow before the iteration's batch),
                         # as if it had been queued; the next call reports it, as below.
                         eng = get_engine()
+                        if type(data) is not bytes:  # the caller's buffer: its await ends now
+                            data = bytes(data)
                         self._unfinished.append((eng.pwrite(fd, data, max(off, 0)), off, data,
                                                  positional))
                         if not isinstance(eng, ThreadsEngine):  # (its writes start at once)
@@ -757,6 +778,14 @@ class AsyncBase(Generic[S]):
                         if not fut.cancelled():
                             # This call was cancelled, not the write: the kernel has (or had)
                             # the data. The next call waits for it and reports how it went.
+                            # From the caller's own buffer, the kernel may be reading it: the
+                            # call ends (cancelled) once it is done.
+                            if type(data) is memoryview:
+                                await _until_done(fut)
+                                # Done with it: the caller's buffer is no longer exported
+                                # (what is reported later needs only the write's length).
+                                view, data = data, range(len(data))  # type: ignore[assignment]
+                                view.release()
                             self._unfinished.append((fut, off, data, positional))
                             self._unfinished_staged = staged
                         raise
@@ -1053,14 +1082,27 @@ class AsyncBase(Generic[S]):
             self._unlock()
 
     async def write(self, b: Any, /) -> int:
-        if self._raw is None:
+        raw = self._raw
+        if raw is None:
             return await self._in_executor(self._file.write, b)
         if not self._try_lock():
             await self._lock()
         try:
-            n = self._run(self._file.write, b)
-            self._dirty += 4 * n + 8
-            if self._raw.staged:
+            if self._text_layer:
+                # Text larger than this may encode (newlines translated) to more bytes than
+                # the buffer holds, which the buffered layer passes on from the encoded bytes.
+                n = (self._pass_through(b, None) if type(b) is str and
+                     len(b) > self._bufsize >> 3 else self._run(self._file.write, b))
+            else:
+                owned = _owned(b, self._bufsize)
+                n = (self._run(self._file.write, b) if owned is None else
+                     self._pass_through(b, owned))
+            if raw.passed_through:
+                raw.passed_through = False
+                self._dirty = 0  # the buffered and text layers hold nothing now
+            else:
+                self._dirty += 4 * n + 8
+            if raw.staged:
                 await self._push()
             return int(n)
         except Exception:
@@ -1070,16 +1112,27 @@ class AsyncBase(Generic[S]):
             self._unlock()
 
     async def writelines(self, lines: Iterable[Any], /) -> None:
-        if self._raw is None:
+        raw = self._raw
+        if raw is None:
             return await self._in_executor(self._file.writelines, lines)
         if not self._try_lock():
             await self._lock()
         try:
             if not self._file.closed:  # IOBase.writelines checks that before iterating
                 lines = list(lines)
-            self._run(self._file.writelines, lines)
-            self._dirty += sum(4 * len(x) + 8 for x in lines if hasattr(x, "__len__"))
-            if self._raw.staged:
+            if self._text_layer:
+                self._pass_through(lines, None, self._file.writelines)
+            elif any(_owned(x, self._bufsize) for x in lines):
+                self._run(_write_each, self, lines)
+            else:
+                self._run(self._file.writelines, lines)
+            if raw.passed_through:  # what the layers may hold: at most the smaller items
+                raw.passed_through = False
+                self._dirty = sum(4 * len(x) + 8 for x in lines
+                                  if hasattr(x, "__len__") and not _owned(x, self._bufsize))
+            else:
+                self._dirty += sum(4 * len(x) + 8 for x in lines if hasattr(x, "__len__"))
+            if raw.staged:
                 await self._push()
         except Exception:
             await self._push_after_error()
@@ -1989,19 +2042,67 @@ def _is_block(mode: int) -> bool:
     return stat.S_ISBLK(mode)
 
 
-def _pwrite_args(data: Any, offset: Any) -> tuple[bytes, int]:
+async def _until_done(fut: asyncio.Future[Any]) -> None:
+    """Wait for ``fut`` whatever cancels the waiting task meanwhile (the caller raises its
+    own CancelledError afterwards)."""
+    while not fut.done():
+        try:
+            await asyncio.shield(fut)
+        except BaseException:  # noqa: BLE001, S110 - the outcome is fut's, read later
+            pass
+
+
+def _owned(b: Any, least: int) -> tuple[bytes | memoryview, int] | None:
+    """``b`` as a write larger than ``least`` bytes hands it to the kernel, and its size:
+    a ``bytes`` itself (immutable), any other contiguous buffer as a byte view that exports it
+    (a bytearray cannot be resized until the write is done, and the write's ``await`` ends
+    only when the kernel is done reading it). None: not larger, or not such a buffer (the
+    buffered layer's write then raises what the builtin's does)."""
+    if type(b) is bytes:
+        return (b, len(b)) if len(b) > least else None
+    if type(b) is str:
+        return None
+    try:
+        view = memoryview(b)
+    except TypeError:
+        return None
+    if view.nbytes <= least or not view.c_contiguous:
+        return None
+    view = view.cast("B")
+    return view, view.nbytes
+
+
+def _write_each(f: AsyncBase[Any], lines: list[Any]) -> None:
+    """``IOBase.writelines`` (which calls ``write`` for each item, in order, once the file is
+    known open), each large item passed through from the caller's object (``_owned``)."""
+    file = f._file
+    if file.closed:
+        file.writelines(lines)  # the builtin's error
+        return
+    for line in lines:
+        owned = _owned(line, f._bufsize)
+        if owned is None:
+            file.write(line)
+        else:
+            f._pass_through(line, owned)
+
+
+def _pwrite_args(data: Any, offset: Any) -> tuple[bytes | memoryview, int]:
     """``os.pwrite``'s argument conversions, before anything is staged: a contiguous
     bytes-like object (TypeError, BufferError) and an offset that fits ``off_t``
-    (``__index__``; TypeError, OverflowError; EINVAL when negative)."""
-    view = bytes_like(data)
-    if not view.c_contiguous:
-        raise BufferError("memoryview: underlying buffer is not C-contiguous")
+    (``__index__``; TypeError, OverflowError; EINVAL when negative). Not copied: ``bytes``
+    as it is, any other buffer as a byte view exporting it until the write is done."""
+    if type(data) is not bytes:
+        view = bytes_like(data)
+        if not view.c_contiguous:
+            raise BufferError("memoryview: underlying buffer is not C-contiguous")
+        data = view.cast("B")
     offset = index(offset)
     if not -(1 << 63) <= offset < 1 << 63:
         raise OverflowError("Python int too large to convert to C long")
     if offset < 0:
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-    return view.tobytes(), offset
+    return data, offset
 
 
 def _write_or_queue(fd: int, data: bytes, off: int, retry: bool
@@ -2028,17 +2129,35 @@ def _write_all(fd: int, data: bytes, off: int) -> int:
     return done
 
 
-def _coalesce(staged: list[tuple[int, bytes | None]]) -> list[tuple[int, bytes | None]]:
-    """Adjacent writes become one."""
-    out: list[tuple[int, bytes | None]] = []
+_JOIN_MAX = 1 << 20  # adjacent small writes are joined into one write of at most this
+
+
+def _coalesce(staged: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """Adjacent small writes (a buffered layer's flushes) become one, up to ``_JOIN_MAX``
+    bytes; a larger write, or the caller's own buffer, is written as it is (no copy)."""
+    out: list[tuple[int, Any]] = []
+    run: list[bytes] = []
+    run_off = run_len = 0
+
+    def end_run() -> None:
+        if run:
+            out.append((run_off, run[0] if len(run) == 1 else b"".join(run)))
+            run.clear()
+
     for off, data in staged:
-        if out and data is not None:
-            poff, pdata = out[-1]
-            if pdata is not None and (poff < 0 and off < 0 or
-                                      poff >= 0 and poff + len(pdata) == off):
-                out[-1] = (poff, pdata + data)
-                continue
-        out.append((off, data))
+        small = type(data) is bytes and len(data) < _JOIN_MAX
+        if small and run and run_len + len(data) <= _JOIN_MAX and (
+                run_off < 0 and off < 0 or run_off >= 0 and run_off + run_len == off):
+            run.append(data)
+            run_len += len(data)
+            continue
+        end_run()
+        if small:
+            run.append(data)
+            run_off, run_len = off, len(data)
+        else:
+            out.append((off, data))
+    end_run()
     return out
 
 

@@ -17,6 +17,7 @@ import fcntl
 import io
 import os
 import stat
+import weakref
 from abc import ABCMeta
 from collections.abc import Awaitable, Callable, Generator
 from concurrent.futures import Executor
@@ -244,6 +245,49 @@ async def _wrap(fd: int, name: Any, owned: bool, mode: str, buffering: int,
         raise
 
 
+class _PassingWrite:
+    """A text file's buffered layer's ``write``, set on that (builtin) object itself: the
+    text layer hands it the bytes it encoded, and a write larger than the buffer, which the
+    builtin's buffered layer passes straight to its raw file, then reaches the kernel from
+    those bytes rather than from a copy (see ``AsyncBase._pass_through``). Holds the buffered
+    object weakly: set on it, a strong reference would make a cycle, and the builtin's file
+    is closed as soon as it is dropped, not at the next collection."""
+
+    __slots__ = ("_buffer", "_raw", "_size", "_write")
+
+    def __init__(self, buffer: io.BufferedWriter | io.BufferedRandom, raw: WindowRaw,
+                 size: int) -> None:
+        self._buffer = weakref.ref(buffer)
+        self._raw = raw
+        self._size = size
+        self._write = type(buffer).write
+
+    def __call__(self, b: Any, /) -> int:
+        buffer, raw = self._buffer(), self._raw
+        if raw.passing and type(b) is bytes and len(b) > self._size:
+            raw.owned = (b, len(b))
+            try:
+                return self._write(buffer, b)
+            finally:
+                raw.owned = None
+        return self._write(buffer, b)
+
+
+def _text_calls_instance_write() -> bool:
+    """Whether a ``TextIOWrapper`` finds its buffer's ``write`` as Python code would (an
+    attribute set on the object comes before the type's method), so ``_PassingWrite`` is
+    used; else text writes take the builtin's path, one copy more."""
+    seen: list[bytes] = []
+    buffer = io.BufferedWriter(io.BytesIO(), 16)
+    buffer.write = lambda b, /: seen.append(b) or len(b)  # type: ignore[method-assign]
+    text = io.TextIOWrapper(buffer, "ascii", write_through=True)
+    text.write("x")
+    return seen == [b"x"]
+
+
+_TEXT_PASSES = _text_calls_instance_write()
+
+
 class _NotAFile(Exception):
     def __init__(self, error: OSError) -> None:
         super().__init__(error)
@@ -336,6 +380,8 @@ async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | 
             result = AsyncBufferedReader(buffer, loop, executor, raw=raw, route=route)
         result._bufsize = buffering
         return _share(result, raw, name)
+    if writable and _TEXT_PASSES:
+        buffer.write = _PassingWrite(buffer, raw, buffering)  # type: ignore[method-assign, assignment]
     raw.in_op = True
     try:
         text = io.TextIOWrapper(buffer, encoding, errors, newline, line_buffering)

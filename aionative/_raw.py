@@ -284,6 +284,14 @@ class WindowRaw(io.RawIOBase):
     #                             file decides it once the write lands
     append_delta = 0            # ... plus this: a relative seek since (a buffered layer's
     #                             rewind after its flush), from the end the append finds
+    # A write the caller's object is handed to the kernel from (see ``pass_through``): that
+    # object as it is staged (``bytes``, or a byte view exporting the caller's buffer) and its
+    # size in bytes. The buffered layer's raw write of exactly that many bytes is that object's
+    # memory: everything else it writes meanwhile is its own buffer, never that large.
+    owned: tuple[bytes | memoryview, int] | None = None
+    passed_through = False      # a write went to the kernel from the caller's object
+    passing = False             # in a write call: a text file's buffered layer may pass its
+    #                             large writes through (see _open._PassingWrite)
 
     def __init__(self, fd: int, *, kind: int, readable: bool, writable: bool, appending: bool,
                  created: bool, seekable: bool, closefd: bool, size: int, pos: int,
@@ -598,18 +606,24 @@ class WindowRaw(io.RawIOBase):
         # A contiguous bytes-like object, as FileIO's "y*" takes (TypeError, BufferError);
         # copied: the caller's buffer is only valid during this call.
         t = type(b)
+        owned = False
         if t is bytes:
             data = b
         else:
             view = b if t is memoryview else bytes_like(b)
             if not view.c_contiguous:
                 raise BufferError("memoryview: underlying buffer is not C-contiguous")
-            data = view.tobytes()
+            whole = self.owned
+            if whole is not None and view.nbytes == whole[1]:
+                data, owned = whole[0], True  # the caller's object: no copy
+            else:
+                data = view.tobytes()
         self._check("w")
         if not self.writes_fd:  # the kernel's answer, at once: the buffers keep the data
             raise OSError(errno.EBADF, os.strerror(errno.EBADF))
         if not data:
             return 0
+        self.passed_through |= owned
         if self.kind == STREAM:
             self.staged.append((-1, data))
             if not self.in_op:
@@ -619,7 +633,7 @@ class WindowRaw(io.RawIOBase):
         self.append_delta = 0  # an append leaves the position at the end it finds
         self.appended = self.appending
         self.staged.append((off, data))
-        self._overlay(off, data, self.appending)
+        self._overlay(off, data, self.appending, owned)
         self.pos = off + len(data)
         self.size = max(self.size, self.pos)
         self.sized = True
@@ -627,11 +641,14 @@ class WindowRaw(io.RawIOBase):
             self._sync_flush_staged()
         return len(data)
 
-    def _overlay(self, off: int, data: bytes, appended: bool = False) -> None:
+    def _overlay(self, off: int, data: bytes | memoryview, appended: bool = False,
+                 owned: bool = False) -> None:
         """Keep the window equal to what the file will hold once the staged write lands.
         An append ends the file, and the position follows it: the window then reaches a
         known end of file there, whatever it held before (a read that the same call makes
-        next, from the new position, finds the end rather than a miss)."""
+        next, from the new position, finds the end rather than a miss). A write from the
+        caller's object (``owned``: a write call's, pushed before the call ends, so no read
+        sees the window before it lands) is not copied in: the window is emptied instead."""
         end = off + len(data)
         old_eof = self.eof
         if appended:
@@ -640,6 +657,10 @@ class WindowRaw(io.RawIOBase):
             self.eof = max(old_eof, end)
         wstart, wend = self.wstart, self.wend
         if not self.reads_fd:
+            return
+        if owned:
+            if end > wstart and off <= wend:
+                self.buf, self.wstart, self.rpos = b"", end, 0
             return
         # Past the window: extend it only across a hole after a known end of file (zeros).
         if end <= wstart or off > wend and old_eof != wend:

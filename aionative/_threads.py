@@ -519,7 +519,14 @@ class ThreadsEngine:
         fd, offset = index(fd), index(offset)
         if not (0 <= fd < 1 << 31 and 0 <= offset < 1 << 63):
             fd, offset = _fd_offset(fd, offset)
-        return self._submit(_preadinto, fd, _view(buffer, True), offset)
+        view = _view(buffer, True)
+        fut = self._submit(_preadinto, fd, view, offset)
+        # A call cancelled before a worker took it never runs, but the pool's queue keeps it
+        # (and its view) until a worker gets to it: the caller's buffer is let go now.
+        work = self._work.get(fut)  # (None: done already)
+        if work is not None:
+            work.add_done_callback(lambda w: view.release() if w.cancelled() else None)
+        return fut
 
     def pwrite(self, fd: int, data: Any, offset: int) -> asyncio.Future[int]:
         fd, offset = index(fd), index(offset)

@@ -786,7 +786,10 @@ static PyObject *engine_start(engine_t *e, uint32_t idx)
      * closed engine's ring is unmapped: whether the read goes early is asked once it is
      * known to be open. */
     int ok = fut && engine_open(e);
-    int early = ok && engine_sends_early(e, op->kind);
+    /* A large write starts now (see WRITE_ASYNC_MIN): the caller's task may compute next. */
+    int early = ok && (engine_sends_early(e, op->kind) ||
+                       (op->kind == OP_WRITE && op->len >= WRITE_ASYNC_MIN && !e->busy &&
+                        !e->waiting));
     if (ok && !early)
         ok = engine_schedule_flush(e) == 0 && engine_open(e);
     if (!ok) {
@@ -2186,7 +2189,7 @@ static const struct { const char *name; size_t off; } stat_fields[] = {
     STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(withdrawn), STAT(cq_overflow),
     STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted), STAT(inline_retries),
     STAT(retries_refused), STAT(inline_writes), STAT(write_stalls), STAT(parked), STAT(slices_ended),
-    STAT(flushes), STAT(woken),
+    STAT(flushes), STAT(woken), STAT(async_writes),
 };
 
 static int dict_set_ull(PyObject *d, const char *k, unsigned long long v)

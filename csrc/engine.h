@@ -10,6 +10,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -64,6 +65,15 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
  * worker (or Linux AIO's io_submit, in one batch) keeps it off the loop's turns (W5F's 1 MiB
  * writes inline: 0.79-0.86x the sync loop against 0.82-0.99x queued, and more loop lag). */
 #define WRITE_INLINE_MAX (64u << 10)
+/* A buffered write of at least this many bytes is never copied into the page cache inside a
+ * system call on the loop's thread, and starts at once rather than at the iteration's flush:
+ * io_uring gets it with IOSQE_ASYNC (straight to an io-wq worker, which the kernel hashes by
+ * inode, so writes to different files run in parallel), Linux AIO hands it to one of the
+ * engine's writer threads (kaio.c). Below it the hand-off costs more than the copy (64 KiB
+ * lands in ~10 us); `python -m bench --workloads W8 W5F` measures both sides. */
+#define WRITE_ASYNC_MIN (256u << 10)
+/* Linux AIO: the most writer threads an engine starts (one a large write in flight). */
+#define KAIO_WRITERS 4
 /* Larger reads always go to the kernel queue: one inline copy must stay well within a budget
  * (1 MiB from the page cache takes ~0.1 ms here). */
 #define INLINE_MAX (1u << 20)
@@ -180,6 +190,8 @@ typedef struct stats {
                                * iteration it might otherwise not have run) */
     uint64_t woken;           /* futures whose done callbacks a wake-up or a flush called
                                * itself (future_resolve_collect), not loop.call_soon */
+    uint64_t async_writes;    /* writes of WRITE_ASYNC_MIN or more sent off the loop's thread
+                               * (io_uring: IOSQE_ASYNC; Linux AIO: a writer thread) */
 } stats_t;
 
 /* A parked caller: its read is done; it waits for a flush to hand it the result. */
@@ -278,6 +290,17 @@ typedef struct kaio {
     uint32_t *free_iocbs;     /* stack of free iocb indexes */
     unsigned nfree_iocbs;
     dcache_ent dcache[DCACHE_SIZE];
+    /* Writer threads (kaio.c, writer_*): Linux AIO copies a buffered write into the page
+     * cache inside io_submit, on the loop's thread, so large ones are written by these. The
+     * queue and the done list are shared under `wmu`; `wlive` (jobs not yet reaped) is the
+     * loop thread's own. */
+    struct kaio_job *wq_head, *wq_tail, *wdone;
+    pthread_mutex_t wmu;
+    pthread_cond_t wq_cv;     /* a job was queued, or the writers must stop */
+    pthread_cond_t wdone_cv;  /* a job is done (a reap waiting for it) */
+    pthread_t writers[KAIO_WRITERS];
+    unsigned nwriters, widle, wlive;
+    int wstop, winit;
 } kaio_t;
 
 typedef struct engine {

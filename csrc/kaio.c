@@ -7,6 +7,12 @@
  * a second, O_DIRECT descriptor of the same file, then copied out. Closing that descriptor
  * would drop the process's POSIX record locks on the file: see maybe_locked.
  *
+ * Buffered writes have no such way round: io_submit copies them into the page cache on the
+ * loop's thread. A write of WRITE_ASYNC_MIN or more is therefore done by one of the engine's
+ * writer threads (up to KAIO_WRITERS, started when first needed) with pwrite(2) from the
+ * caller's pinned buffer; the thread signals the same eventfd, and the reap finishes it like
+ * any completion. Smaller writes stay with io_submit: their copy is cheaper than a hand-off.
+ *
  * fs.aio-max-nr is a system-wide budget, so contexts are small and kept in a process-wide
  * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
  */
@@ -14,6 +20,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/aio_abi.h>
 #include <linux/fs.h>
 #include <stdio.h>
@@ -391,9 +398,178 @@ static int64_t direct_finish(op_t *op, int64_t res)
 
 /* ---------------------------------------------------------------- backend operations */
 
+/* ---------------------------------------------------------------- writer threads */
+
+/* One large buffered write: what the thread needs, copied from the operation (whose slot
+ * array may move while the thread runs), then its result. */
+typedef struct kaio_job {
+    struct kaio_job *next;
+    uint32_t idx;
+    int fd;
+    const char *buf;          /* the caller's buffer, pinned by the operation until reaped */
+    size_t len;
+    int64_t off;
+    int64_t res;              /* bytes written, or -errno */
+} kaio_job;
+
+static void *writer_main(void *arg)
+{
+    engine_t *e = arg;
+    kaio_t *a = &e->b.aio;
+    pthread_mutex_lock(&a->wmu);
+    for (;;) {
+        while (!a->wq_head && !a->wstop) {
+            a->widle++;
+            pthread_cond_wait(&a->wq_cv, &a->wmu);
+            a->widle--;
+        }
+        kaio_job *j = a->wq_head;
+        if (!j)
+            break;  /* stopping, and nothing left to write */
+        a->wq_head = j->next;
+        if (!a->wq_head)
+            a->wq_tail = NULL;
+        pthread_mutex_unlock(&a->wmu);
+        ssize_t n;
+        do
+            n = pwrite(j->fd, j->buf, j->len, (off_t)j->off);
+        while (n < 0 && errno == EINTR);
+        j->res = n < 0 ? -(int64_t)errno : (int64_t)n;
+        pthread_mutex_lock(&a->wmu);
+        j->next = a->wdone;
+        a->wdone = j;
+        pthread_cond_broadcast(&a->wdone_cv);
+        /* Under the lock: the engine cannot reap this job, close and destroy (which takes the
+         * lock to stop the writers), and close the eventfd before this write is made. */
+        uint64_t one = 1;
+        ssize_t w = write(e->efd, &one, sizeof one);
+        (void)w;  /* EAGAIN only if the counter is near overflow: the loop is woken already */
+    }
+    pthread_mutex_unlock(&a->wmu);
+    return NULL;
+}
+
+/* Start one more writer thread, with every signal blocked (handlers run on the loop's
+ * thread). Called with `wmu` held. */
+static int writer_start(engine_t *e)
+{
+    kaio_t *a = &e->b.aio;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&a->writers[a->nwriters], NULL, writer_main, e);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0)
+        a->nwriters++;
+    return rc;
+}
+
+/* Whether a write goes to a writer thread: large, and not O_DIRECT (which Linux AIO does
+ * asynchronously). 1: handed over; 0: io_submit it (also when no thread can be had). */
+static int writer_take(engine_t *e, op_t *op, uint32_t idx)
+{
+    kaio_t *a = &e->b.aio;
+    if (op->cur < WRITE_ASYNC_MIN)
+        return 0;
+    int fl = fcntl(op->fd, F_GETFL);
+    if (fl < 0 || (fl & O_DIRECT))
+        return 0;  /* (a bad descriptor: io_submit names the error) */
+    if (!a->winit) {
+        if (pthread_mutex_init(&a->wmu, NULL) != 0)
+            return 0;
+        pthread_cond_init(&a->wq_cv, NULL);
+        pthread_cond_init(&a->wdone_cv, NULL);
+        a->winit = 1;
+    }
+    kaio_job *j = malloc(sizeof *j);
+    if (!j)
+        return 0;
+    *j = (kaio_job){.idx = idx, .fd = op->fd, .buf = op->buf + op->done, .len = op->cur,
+                    .off = op->off + (int64_t)op->done};
+    pthread_mutex_lock(&a->wmu);
+    if (a->widle <= (a->wq_head != NULL) && a->nwriters < KAIO_WRITERS)
+        writer_start(e);
+    if (!a->nwriters) {
+        pthread_mutex_unlock(&a->wmu);
+        free(j);
+        return 0;
+    }
+    if (a->wq_tail)
+        a->wq_tail->next = j;
+    else
+        a->wq_head = j;
+    a->wq_tail = j;
+    pthread_cond_signal(&a->wq_cv);
+    pthread_mutex_unlock(&a->wmu);
+    a->wlive++;
+    e->st.async_writes++;
+    return 1;
+}
+
+/* Finish the writes the threads have done; returns how many. */
+static int writer_reap(engine_t *e)
+{
+    kaio_t *a = &e->b.aio;
+    if (!a->wlive)
+        return 0;
+    pthread_mutex_lock(&a->wmu);
+    kaio_job *j = a->wdone, *fifo = NULL;
+    a->wdone = NULL;
+    pthread_mutex_unlock(&a->wmu);
+    int n = 0;
+    while (j) {  /* oldest first */
+        kaio_job *next = j->next;
+        j->next = fifo;
+        fifo = j;
+        j = next;
+    }
+    while (fifo) {
+        kaio_job *next = fifo->next;
+        uint32_t idx = fifo->idx;
+        int64_t res = fifo->res;
+        free(fifo);
+        fifo = next;
+        a->wlive--;
+        n++;
+        engine_complete(e, idx, res);  /* may run Python code, which may queue more */
+    }
+    return n;
+}
+
+/* Stop and join the writers (each first writes what is queued). Not in a forked child: the
+ * threads are the parent's, and the lock may have been held at the fork. */
+static void writer_stop(engine_t *e)
+{
+    kaio_t *a = &e->b.aio;
+    if (!a->winit)
+        return;
+    if (e->fork_gen == engine_fork_generation) {
+        pthread_mutex_lock(&a->wmu);
+        a->wstop = 1;
+        pthread_cond_broadcast(&a->wq_cv);
+        pthread_mutex_unlock(&a->wmu);
+        Py_BEGIN_ALLOW_THREADS
+        for (unsigned i = 0; i < a->nwriters; i++)
+            pthread_join(a->writers[i], NULL);
+        Py_END_ALLOW_THREADS
+        for (kaio_job *j = a->wdone, *next; j; j = next) {
+            next = j->next;
+            free(j);
+        }
+        pthread_mutex_destroy(&a->wmu);
+        pthread_cond_destroy(&a->wq_cv);
+        pthread_cond_destroy(&a->wdone_cv);
+    }
+    a->wdone = a->wq_head = a->wq_tail = NULL;
+    a->nwriters = a->widle = a->wlive = 0;
+    a->winit = a->wstop = 0;
+}
+
 static int k_prep(engine_t *e, op_t *op, uint32_t idx)
 {
     kaio_t *a = &e->b.aio;
+    if (op->kind == OP_WRITE && writer_take(e, op, idx))
+        return 0;
     if (!a->nfree_iocbs)
         return -EBUSY;
     uint32_t k = a->free_iocbs[--a->nfree_iocbs];
@@ -431,8 +607,8 @@ static int k_prep(engine_t *e, op_t *op, uint32_t idx)
         }
         break;
     case OP_WRITE:
-        /* ext4 refuses RWF_NOWAIT on buffered writes: they copy into the page cache inside
-         * io_submit (see docs/benchmarks.md for what that costs the loop). */
+        /* ext4 and tmpfs refuse RWF_NOWAIT on buffered writes: a small one is copied into
+         * the page cache inside io_submit (a large one went to a writer thread above). */
         cb->aio_lio_opcode = IOCB_CMD_PWRITE;
         cb->aio_buf = (uint64_t)(uintptr_t)(op->buf + op->done);
         cb->aio_nbytes = op->cur;
@@ -551,11 +727,53 @@ static int k_submit(engine_t *e)
     return 0;
 }
 
+/* A waiting reap while writer threads hold writes: wait for one of theirs, or (while AIO
+ * holds pieces too) look at both every millisecond. Returns 1 when a writer's job was
+ * finished, 0 when io_getevents should wait as usual (no writer work left). */
+static int writer_wait(engine_t *e)
+{
+    kaio_t *a = &e->b.aio;
+    while (a->wlive) {
+        if (writer_reap(e))
+            return 1;
+        unsigned in_aio = a->nr - a->nfree_iocbs - a->npending;
+        if (in_aio == 0) {
+            Py_BEGIN_ALLOW_THREADS
+            pthread_mutex_lock(&a->wmu);
+            while (!a->wdone)
+                pthread_cond_wait(&a->wdone_cv, &a->wmu);
+            pthread_mutex_unlock(&a->wmu);
+            Py_END_ALLOW_THREADS
+            continue;
+        }
+        struct timespec ms = {0, 1000000};
+        long n;
+        e->st.syscalls++;
+        Py_BEGIN_ALLOW_THREADS
+        n = syscall(__NR_io_getevents, (aio_context_t)a->ctx, 1L, (long)a->nr, a->events, &ms);
+        Py_END_ALLOW_THREADS
+        if (n > 0) {
+            struct io_event *ev = a->events;
+            struct { uint32_t idx; int64_t res; } got[n];
+            for (long i = 0; i < n; i++) {
+                got[i].idx = (uint32_t)ev[i].data;
+                got[i].res = (int64_t)ev[i].res;
+            }
+            for (long i = 0; i < n; i++)
+                k_result(e, got[i].idx, got[i].res);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int k_reap(engine_t *e, int flags)
 {
     int wait = flags & REAP_WAIT;
     kaio_t *a = &e->b.aio;
     struct io_event *ev = a->events;
+    if (writer_reap(e) || (wait && writer_wait(e)))
+        wait = 0;
     for (;;) {
         struct timespec zero = {0, 0};
         long n;
@@ -627,6 +845,7 @@ static void k_cancel(engine_t *e, uint32_t idx)
 static void k_destroy(engine_t *e)
 {
     kaio_t *a = &e->b.aio;
+    writer_stop(e);
     if (nparked)  /* every cache entry is closed by now: its reads have all been released */
         parked_sweep();
     if (a->ctx) {
@@ -647,9 +866,10 @@ static void k_destroy(engine_t *e)
 
 static int k_info(engine_t *e, PyObject *d)
 {
-    PyObject *v = Py_BuildValue("{sIsOsisO}", "aio_nr", e->b.aio.nr, "nowait_reads", Py_True,
-                                "pooled_contexts", npool, "ring_peek",
-                                e->b.aio.ring ? Py_True : Py_False);
+    PyObject *v = Py_BuildValue("{sIsOsisOsIsI}", "aio_nr", e->b.aio.nr, "nowait_reads",
+                                Py_True, "pooled_contexts", npool, "ring_peek",
+                                e->b.aio.ring ? Py_True : Py_False, "large_writes_from",
+                                WRITE_ASYNC_MIN, "writer_threads", e->b.aio.nwriters);
     if (!v)
         return -1;
     int rc = PyDict_Update(d, v);

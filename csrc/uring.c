@@ -315,6 +315,12 @@ static int u_prep(engine_t *e, op_t *op, uint32_t idx)
         sqe->addr = (uint64_t)(uintptr_t)(op->buf + op->done);
         sqe->len = op->cur;
         sqe->off = (uint64_t)op->off + op->done;
+        if (op->kind == OP_WRITE && op->cur >= WRITE_ASYNC_MIN) {
+            /* No non-blocking attempt inside io_uring_enter: a filesystem that takes buffered
+             * writes without blocking would copy all of it there, on the loop's thread. */
+            sqe->flags |= IOSQE_ASYNC;
+            e->st.async_writes++;
+        }
         break;
     case OP_FSYNC:
     case OP_FDATASYNC:
@@ -535,8 +541,9 @@ static int u_info(engine_t *e, PyObject *d)
     Py_DECREF(flags);
     if (rc < 0)
         return -1;
-    PyObject *v = Py_BuildValue("{sIsIsIsI}", "sq_entries", r->sq_entries, "cq_entries",
-                                r->cq_entries, "features", r->features, "flags_value", r->flags);
+    PyObject *v = Py_BuildValue("{sIsIsIsIsI}", "sq_entries", r->sq_entries, "cq_entries",
+                                r->cq_entries, "features", r->features, "flags_value", r->flags,
+                                "large_writes_from", WRITE_ASYNC_MIN);
     if (!v)
         return -1;
     rc = PyDict_Update(d, v);

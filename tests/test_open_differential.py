@@ -12,6 +12,8 @@ fast path off, so reads go through the kernel queue too.
 
 from __future__ import annotations
 
+import array
+
 import asyncio
 import os
 from collections.abc import Callable
@@ -78,7 +80,10 @@ SIZES = st.one_of(st.integers(-2, 40), st.sampled_from([None, 4096, 9000, 100000
 
 
 def text_ops() -> st.SearchStrategy[tuple[Any, ...]]:
-    chars = st.text(st.sampled_from(list("ab\n\r é中😀")), max_size=30)
+    # Beside short text, writes that encode to more than the buffer holds, which the
+    # buffered layer passes straight to the raw file (from the encoded bytes, no copy).
+    chars = st.text(st.sampled_from(list("ab\n\r é中😀")), max_size=30) | st.sampled_from(
+        ["ab\n" * 3000, "é中\r\n😀" * 2000])
     return st.one_of(
         st.tuples(st.just("read"), SIZES),
         st.tuples(st.just("readline"), SIZES),
@@ -101,7 +106,11 @@ def text_ops() -> st.SearchStrategy[tuple[Any, ...]]:
 
 
 def binary_ops() -> st.SearchStrategy[tuple[Any, ...]]:
-    data = st.binary(max_size=40) | st.sampled_from([b"\n", b"ab\ncd\n", b"z" * 9000])
+    # Writes larger than the buffer go to the kernel from the caller's object: bytes, and
+    # other buffers (exported until the write is done).
+    data = st.binary(max_size=40) | st.sampled_from(
+        [b"\n", b"ab\ncd\n", b"z" * 9000, bytearray(b"q" * 70000), memoryview(b"w\n" * 10000),
+         array.array("i", range(3000))])
     return st.one_of(
         st.tuples(st.just("read"), SIZES),
         st.tuples(st.just("read1"), SIZES),
