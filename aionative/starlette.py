@@ -7,9 +7,10 @@ operations, the body is read with ``pread`` one chunk ahead of the chunk being s
 Starlette it answers ``If-None-Match``/``If-Modified-Since`` with 304 itself, sends exactly the
 ``Content-Length`` it announced when the file grows meanwhile, and rejects a ``Range`` header of
 more than ``max_ranges`` ranges with 416 (RFC 9110 §15.5.17) where Starlette sends the whole
-file. ``StaticFiles`` is Starlette's, with the lookup done by the engine: the file is opened
-first and the path it actually resolved to (``/proc/self/fd``) is checked against the directory,
-so no symlink swapped in between a check and the open can lead outside it.
+file. ``StaticFiles`` is Starlette's, with the lookup done by the engine: the directory is
+opened, then each name below it relative to the one before without following a symlink, so no
+symlink swapped in between a check and the open can lead outside it (a symlink met on the way
+is checked as Starlette checks it, in a worker thread). Nothing blocks the loop's thread.
 
 Needs ``starlette`` (``pip install aionative[starlette]``); ``import aionative`` does not.
 """
@@ -685,10 +686,11 @@ class StaticFiles(_StarletteStaticFiles):
     ``html``, ``check_dir``, ``follow_symlink``), looking files up through the engine and
     serving them with :class:`FileResponse`.
 
-    A file is opened, then accepted only if the path the kernel resolved for the descriptor
-    lies in the directory's real path (unless ``follow_symlink``): neither ``..``, encoded
-    separators, absolute paths nor a symlink — even one swapped in during the request — can
-    serve a file outside it.
+    The directory is opened, then each name of the path below it relative to the descriptor
+    of the one before, with ``O_NOFOLLOW`` (unless ``follow_symlink``); a symlink on the way is
+    checked in a worker thread as Starlette checks it (``realpath``), and the descriptor then
+    opened checked again: neither ``..``, encoded separators, absolute paths nor a symlink —
+    even one swapped in during the request — can serve a file outside it.
     """
 
     def __init__(self, *, directory: PathLike | None = None,
