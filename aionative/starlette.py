@@ -854,7 +854,7 @@ async def _open_at(eng: EngineLike, dir_fd: int, name: bytes, flags: int, filena
         return await asyncio.shield(fut)
     except asyncio.CancelledError:
         fut.add_done_callback(_k._close_result)
-        settled = eng.cancel_wait(fut)  # type: ignore[union-attr]
+        settled = eng.cancel_wait(fut)
         if settled is not None:
             await _settle(settled)
         raise

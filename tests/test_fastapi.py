@@ -531,7 +531,8 @@ async def test_stream_file_survives_close_engine_between_chunks(native_backend: 
 
 @pytest.mark.asyncio
 async def test_failed_upload_is_removed_off_the_loop_s_thread(tmp_path: Path,
-                                                              blocking_calls: list[str]) -> None:
+                                                              blocking_calls: list[str]  # noqa: F811
+                                                              ) -> None:
     """A failed upload's temporary file is removed through the engine (a worker where the
     kernel has no unlinkat), not by an ``os.unlink`` on the loop's thread; it is gone when
     ``save_upload`` raises."""
