@@ -160,7 +160,7 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
         finally:
             await _settle(renaming)  # its outcome, before a cancellation of the caller's
     except BaseException:
-        _remove(temporary)
+        await _settle(_remove(temporary))  # waited for, even by a cancelled caller
         raise
     if fsync:
         await _fsync_directory(eng, directory or ".")
@@ -175,10 +175,22 @@ def _discard_open(path: str, fut: asyncio.Future[int]) -> None:
         _remove(path)
 
 
-def _remove(path: str) -> None:
-    """Remove a temporary file, inline: a second cancellation cannot skip it."""
+_REMOVING: set[asyncio.Task[None]] = set()
+
+
+def _remove(path: str) -> asyncio.Task[None]:
+    """Remove a temporary file through the engine (``unlinkat`` in the kernel, or a worker),
+    in a task of its own: a second cancellation of the caller cannot skip it, and the loop's
+    thread never waits for the disk."""
+    task = asyncio.get_running_loop().create_task(_unlink_quietly(path))
+    _REMOVING.add(task)  # a strong reference until it is done
+    task.add_done_callback(_REMOVING.discard)
+    return task
+
+
+async def _unlink_quietly(path: str) -> None:
     try:
-        os.unlink(path)
+        await _k.unlink(path)
     except OSError:
         pass
 

@@ -7,9 +7,10 @@ operations, the body is read with ``pread`` one chunk ahead of the chunk being s
 Starlette it answers ``If-None-Match``/``If-Modified-Since`` with 304 itself, sends exactly the
 ``Content-Length`` it announced when the file grows meanwhile, and rejects a ``Range`` header of
 more than ``max_ranges`` ranges with 416 (RFC 9110 §15.5.17) where Starlette sends the whole
-file. ``StaticFiles`` is Starlette's, with the lookup done by the engine: the file is opened
-first and the path it actually resolved to (``/proc/self/fd``) is checked against the directory,
-so no symlink swapped in between a check and the open can lead outside it.
+file. ``StaticFiles`` is Starlette's, with the lookup done by the engine: the directory is
+opened, then each name below it relative to the one before without following a symlink, so no
+symlink swapped in between a check and the open can lead outside it (a symlink met on the way
+is checked as Starlette checks it, in a worker thread). Nothing blocks the loop's thread.
 
 Needs ``starlette`` (``pip install aionative[starlette]``); ``import aionative`` does not.
 """
@@ -365,20 +366,32 @@ class FileResponse(_StarletteFileResponse):
             return since is not None and modified is not None and modified <= since
         return False
 
+    def _reads(self, start: int, end: int) -> Iterator[tuple[int, int]]:
+        """``[start, end)`` in reads of ``chunk_size`` (offset, size): Starlette's chunks."""
+        chunk = self.chunk_size
+        for offset in range(start, end, chunk):
+            yield offset, min(chunk, end - offset)
+
     def _multipart(self, ranges: list[tuple[int, int]], size: int
-                   ) -> tuple[str, int, list[tuple[bytes, int, int]], bytes]:
+                   ) -> tuple[str, int, list[bytes | tuple[int, int]]]:
+        """The boundary, the length and the messages of a ``multipart/byteranges`` body, framed
+        as Starlette frames it: each part's headers, each chunk of its bytes, the ``CRLF``
+        after them, each in a message of its own, then the closing boundary."""
         boundary = token_hex(13)
         content_type = self.headers["content-type"]
-        pieces = []
+        plan: list[bytes | tuple[int, int]] = []
         length = 0
-        for i, (start, end) in enumerate(ranges):
-            head = (f"{'' if i == 0 else chr(13) + chr(10)}--{boundary}\r\n"
+        for start, end in ranges:
+            head = (f"--{boundary}\r\n"
                     f"Content-Type: {content_type}\r\n"
                     f"Content-Range: bytes {start}-{end - 1}/{size}\r\n\r\n").encode("latin-1")
-            pieces.append((head, start, end))
-            length += len(head) + end - start
-        tail = f"\r\n--{boundary}--".encode("latin-1")
-        return boundary, length + len(tail), pieces, tail
+            plan.append(head)
+            plan.extend(self._reads(start, end))
+            plan.append(b"\r\n")
+            length += len(head) + end - start + 2
+        tail = f"--{boundary}--".encode("latin-1")
+        plan.append(tail)
+        return boundary, length + len(tail), plan
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not _on_asyncio():
@@ -450,19 +463,21 @@ class FileResponse(_StarletteFileResponse):
                 return await response(scope, receive, send)
 
         headers = self.raw_headers
-        tail = b""
+        plan: list[bytes | tuple[int, int]]
         if ranges is None:
-            pieces = [(b"", 0, size)]
+            plan = list(self._reads(0, size))
+            if size % self.chunk_size == 0:
+                plan.append(b"")  # Starlette ends on a short read: here an empty message
         elif len(ranges) == 1:
             start, end = ranges[0]
             mutable = MutableHeaders(raw=list(self.raw_headers))
             mutable["content-range"] = f"bytes {start}-{end - 1}/{size}"
             mutable["content-length"] = str(end - start)
             headers = mutable.raw
-            pieces = [(b"", start, end)]
+            plan = list(self._reads(start, end))
             pathsend = False
         else:
-            boundary, length, pieces, tail = self._multipart(ranges, size)
+            boundary, length, plan = self._multipart(ranges, size)
             mutable = MutableHeaders(raw=list(self.raw_headers))
             mutable["content-type"] = f"multipart/byteranges; boundary={boundary}"
             mutable["content-length"] = str(length)
@@ -482,10 +497,9 @@ class FileResponse(_StarletteFileResponse):
             transfer.fd, opened = await _open_stat(transfer.eng, os.fspath(self.path))
             if not stat.S_ISREG(opened.st_mode):
                 raise RuntimeError(f"File at path {self.path} is not a file.")
-        body = self._send_body(send, transfer, start_message, pieces, tail)
+        body = self._send_body(send, transfer, start_message, plan)
         spec = scope.get("asgi", {}).get("spec_version", "2.0")
-        if (not is_http or _spec_at_least_2_4(spec)
-                or (len(pieces) == 1 and pieces[0][2] - pieces[0][1] <= self.chunk_size)):
+        if not is_http or _spec_at_least_2_4(spec) or sum(1 for item in plan if item) == 1:
             # A one-read body has nothing to stop early; from ASGI 2.4 send() raises on a
             # closed connection. Otherwise the server's disconnect message stops the transfer.
             await body
@@ -515,44 +529,48 @@ class FileResponse(_StarletteFileResponse):
             raise RuntimeError(f"File at path {self.path} is not a file.")
         return fd, st
 
-    def _chunks(self, pieces: list[tuple[bytes, int, int]]) -> Iterator[tuple[bytes, int, int]]:
-        chunk = self.chunk_size
-        for prefix, start, end in pieces:
-            yield prefix, start, min(chunk, end - start)
-            for offset in range(start + chunk, end, chunk):
-                yield b"", offset, min(chunk, end - offset)
-
     async def _send_body(self, send: Send, transfer: _Transfer, start_message: Message,
-                         pieces: list[tuple[bytes, int, int]], tail: bytes) -> None:
-        """Send the start message and the body: each chunk's read is in flight while the
-        previous chunk is being sent; exactly the announced bytes, or an error."""
-        eng, fd = transfer.eng, transfer.fd
-        chunks = self._chunks(pieces)
-        prefix, offset, size = next(chunks)
-        pending = transfer.pending = eng.pread(fd, size, offset)
-        started = False
-        while True:
+                         plan: list[bytes | tuple[int, int]]) -> None:
+        """Send the start message and the body, a message for each item of ``plan`` (bytes as
+        they are, or the bytes of an ``(offset, size)`` read). The first read is done before
+        the start message (an error is still a 500); from then on each read is in flight
+        while the message before it is being sent. Exactly the announced bytes, or an error."""
+        fd = transfer.fd
+        reads = (item for item in plan if isinstance(item, tuple))
+
+        def submit() -> tuple[asyncio.Future[bytes], int] | None:
+            following = next(reads, None)
+            if following is None:
+                return None
+            offset, size = following
+            # close_engine() between chunks: the next read goes to the loop's new engine
+            eng = transfer.eng = get_engine()
+            transfer.pending = eng.pread(fd, size, offset)
+            return transfer.pending, size
+
+        async def read(ahead: tuple[asyncio.Future[bytes], int] | None) -> bytes:
+            assert ahead is not None
+            pending, size = ahead
             # Shielded: a cancelled task leaves the read to finish, and close() waits for it.
             data = await asyncio.shield(pending)
             transfer.pending = None
             if len(data) != size:
                 raise RuntimeError(f"File at path {self.path} is shorter than expected.")
-            following = next(chunks, None)
-            if following is not None:
-                # close_engine() between chunks: the next read goes to the loop's new engine
-                eng = transfer.eng = get_engine()
-                pending = transfer.pending = eng.pread(fd, following[2], following[1])
-            if not started:
-                await send(start_message)
-                started = True
-            if prefix:
-                data = prefix + data
-            if following is None:
-                await send({"type": "http.response.body", "body": data + tail if tail else data,
-                            "more_body": False})
-                return
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-            prefix, offset, size = following
+            return data
+
+        ready: bytes | None = await read(submit())
+        ahead = submit()
+        await send(start_message)
+        last = len(plan) - 1
+        for i, item in enumerate(plan):
+            if isinstance(item, bytes):
+                data = item
+            elif ready is not None:
+                data, ready = ready, None
+            else:
+                data = await read(ahead)
+                ahead = submit()
+            await send({"type": "http.response.body", "body": data, "more_body": i < last})
 
 
 def _spec_at_least_2_4(spec: str) -> bool:
@@ -668,10 +686,11 @@ class StaticFiles(_StarletteStaticFiles):
     ``html``, ``check_dir``, ``follow_symlink``), looking files up through the engine and
     serving them with :class:`FileResponse`.
 
-    A file is opened, then accepted only if the path the kernel resolved for the descriptor
-    lies in the directory's real path (unless ``follow_symlink``): neither ``..``, encoded
-    separators, absolute paths nor a symlink — even one swapped in during the request — can
-    serve a file outside it.
+    The directory is opened, then each name of the path below it relative to the descriptor
+    of the one before, with ``O_NOFOLLOW`` (unless ``follow_symlink``); a symlink on the way is
+    checked in a worker thread as Starlette checks it (``realpath``), and the descriptor then
+    opened checked again: neither ``..``, encoded separators, absolute paths nor a symlink —
+    even one swapped in during the request — can serve a file outside it.
     """
 
     def __init__(self, *, directory: PathLike | None = None,
@@ -679,6 +698,10 @@ class StaticFiles(_StarletteStaticFiles):
                  check_dir: bool = True, follow_symlink: bool = False) -> None:
         super().__init__(directory=directory, packages=packages, html=html,
                          check_dir=check_dir, follow_symlink=follow_symlink)
+        # Each directory's absolute path, resolved here, off the loop (as Starlette checks the
+        # directory here): a lookup then joins names to it without asking for the working
+        # directory. Symlinks in it are not resolved: a request follows them as they are then.
+        self._absolute = {os.fspath(d): os.path.abspath(d) for d in self.all_directories}
 
     async def check_config(self) -> None:
         if not _on_asyncio():
@@ -762,9 +785,13 @@ class StaticFiles(_StarletteStaticFiles):
             return None
         if "\x00" in path:
             raise ValueError("embedded null byte")
+        # Lexically, as Starlette's lookup (after get_path, only a leading `..` can remain).
+        relative = os.path.normpath(path)
+        if relative == os.pardir or relative.startswith(("../", "/")):
+            return None
         eng = get_engine()
         for directory in self.all_directories:
-            found = await self._find_in(eng, os.fspath(directory), path)
+            found = await self._find_in(eng, os.fspath(directory), relative)
             if found is not None:
                 return found
         return None
@@ -787,106 +814,121 @@ class StaticFiles(_StarletteStaticFiles):
             raise
         return _Found(full_path, fd, st)
 
-    async def _find_in(self, eng: EngineLike, directory: str, path: str) -> _Found | None:
-        joined = os.path.abspath(os.path.join(directory, path))
-        if not _beneath(joined, os.path.abspath(directory)):
-            return None  # `..` (get_path normalises, so only a leading one can remain)
-        if not _native(eng, "openat"):
-            result = await _in_worker_found(directory, path, self.follow_symlink)
+    async def _find_in(self, eng: EngineLike, directory: str, relative: str) -> _Found | None:
+        """``relative`` (normalised, neither absolute nor leading out) in ``directory``."""
+        base = self._absolute.get(directory)
+        if base is None or not _native(eng, "openat"):
+            # A directory added after construction, or no kernel openat: the lookup runs as
+            # Starlette's lookup_path does, in one worker call.
+            result = await _in_worker_found(directory, relative, self.follow_symlink)
             return None if result is None else _Found(*result)
-        # Both names are encoded before anything is opened: one that cannot be (a lone
+        joined = base if relative == os.curdir else os.path.join(base, relative)
+        # Every name is encoded before anything is opened: one that cannot be (a lone
         # surrogate) raises ValueError (a 404) with nothing submitted, so nothing to close.
-        file_name = os.fsencode(joined)
         if self.follow_symlink:
-            refused: OSError | None = None
+            return await _open_found(eng, joined, os.fsencode(joined))
+        names = [] if relative == os.curdir else [os.fsencode(n) for n in relative.split("/")]
+        found = await _walk(eng, os.fsencode(base), base, names, joined)
+        if found is _SYMLINK:
+            # A symlink on the way: Starlette's realpath check, in a worker, and the same check
+            # on the descriptor it opens.
+            result = await _in_worker_found(directory, relative, False)
+            return None if result is None else _Found(*result)
+        assert not isinstance(found, _Symlink)
+        return found
+
+
+class _Symlink:
+    """What ``_walk`` returns when it meets a symlink below the directory."""
+
+
+_SYMLINK = _Symlink()
+
+
+async def _open_at(eng: EngineLike, dir_fd: int, name: bytes, flags: int, filename: str) -> int:
+    """The kernel's ``openat`` of ``name`` relative to ``dir_fd``. Cancelled, it waits until
+    the kernel is done with the operation (which names ``dir_fd`` by number, and a number
+    closed and reused meanwhile would be resolved instead); what it opens late is closed."""
+    fut = eng.openat(dir_fd, name, flags | os.O_CLOEXEC, 0, filename)  # type: ignore[union-attr]
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(_k._close_result)
+        settled = eng.cancel_wait(fut)
+        if settled is not None:
+            await _settle(settled)
+        raise
+
+
+async def _open_found(eng: EngineLike, path: str, name: bytes, dir_fd: int = _k.AT_FDCWD,
+                      nofollow: int = 0) -> _Found | None:
+    """Open ``name`` (relative to ``dir_fd``) read-only, or, if it cannot be opened for reading
+    (a socket, a device, a directory or file we may not read), with ``O_PATH``, as Starlette
+    stat-s it (no permission needed): its descriptor and stat, None if it does not exist, a
+    ``PermissionError`` for a regular file we may not read (a 401)."""
+    try:
+        fd = await _open_at(eng, dir_fd, name, _OPEN_FLAGS | nofollow, path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno not in _NOT_OPENABLE:
+            raise
+        refused = exc
+    else:
+        try:
+            return _Found(path, fd, _fstat_regular(fd))  # fstat inline: see _open_stat
+        except BaseException:
+            os.close(fd)
+            raise
+    try:
+        fd = await _open_at(eng, dir_fd, name, os.O_PATH | nofollow, path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        raise refused from None
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+        os.close(fd)
+        if stat.S_ISLNK(st.st_mode):
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        raise refused  # a file we may not read: 401
+    return _Found(path, fd, st)
+
+
+async def _walk(eng: EngineLike, base_name: bytes, base: str, names: list[bytes], path: str
+                ) -> _Found | _Symlink | None:
+    """Open the directory, then each name below it in turn, relative to the descriptor of the
+    one before, following no symlink (``O_NOFOLLOW``): with no ``..`` among the names, what is
+    opened lies in the directory (as the kernel resolved it now — a ``current -> release-N``
+    symlink switched by a deploy is followed at once). A symlink on the way gives
+    ``_SYMLINK``: whether it stays in the directory is for Starlette's check."""
+    try:
+        fd = await _open_at(eng, _k.AT_FDCWD, base_name, os.O_PATH | os.O_DIRECTORY, base)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        for name in names[:-1]:
             try:
-                fd, st = await _open_stat(eng, joined, file_name)
+                step = await _open_at(eng, fd, name, os.O_PATH | os.O_NOFOLLOW, path)
             except (FileNotFoundError, NotADirectoryError):
                 return None
-            except OSError as exc:
-                if exc.errno not in _NOT_OPENABLE:
-                    raise
-                refused = exc
-                try:
-                    fd, st = await _path_stat(eng, joined, file_name)
-                except (FileNotFoundError, NotADirectoryError):
-                    return None
-                except OSError:
-                    raise refused from None
-            if refused is not None and stat.S_ISREG(st.st_mode):  # may not read it: 401
-                os.close(fd)
-                raise refused
-            return _Found(joined, fd, st)
-        dir_name = os.fsencode(directory)
-        # The directory and the file are opened in one kernel batch; the file is accepted only
-        # if the path the kernel resolved for it lies in the path it resolved for the
-        # directory. Both are what was opened, not what a name meant a moment before: a
-        # symlink swapped in, or the directory retargeted by a deploy, cannot make it pass
-        # (a retarget between the two opens fails safe, as a 404).
-        dir_fut = eng.openat(_k.AT_FDCWD, dir_name,  # type: ignore[union-attr]
-                             os.O_CLOEXEC | os.O_PATH | os.O_DIRECTORY, 0, directory)
-        file_fut = eng.openat(_k.AT_FDCWD, file_name,  # type: ignore[union-attr]
-                              _OPEN_FLAGS, 0, joined)
-        opened = await _open_both(eng, dir_fut, file_fut)
+            os.close(fd)
+            fd = step
+            mode = os.fstat(fd).st_mode  # inline: an open descriptor's inode, no I/O
+            if stat.S_ISLNK(mode):
+                return _SYMLINK
+            if not stat.S_ISDIR(mode):
+                return None  # a name below a file (ENOTDIR, as Starlette's stat)
+        if not names:
+            return _Found(path, -1, os.fstat(fd))  # the directory itself
         try:
-            dir_fd, file_fd = opened
-            for outcome in (file_fd, dir_fd):
-                if isinstance(outcome, (FileNotFoundError, NotADirectoryError)):
-                    return None
-            if isinstance(dir_fd, BaseException):
-                raise dir_fd
-            refused = None
-            if isinstance(file_fd, OSError) and file_fd.errno in _NOT_OPENABLE:
-                # A socket, a device, a file or directory we may not read: Starlette stat-s
-                # (no permission needed) and answers 404 for what is not a regular file.
-                refused = file_fd
-                try:
-                    file_fd, st = await _path_stat(eng, joined, file_name)
-                except (FileNotFoundError, NotADirectoryError):
-                    return None
-                except OSError:
-                    raise refused from None
-                opened[1] = file_fd
-            elif isinstance(file_fd, BaseException):
-                raise file_fd
-            assert isinstance(dir_fd, int) and isinstance(file_fd, int)
-            base, real = _fd_path(dir_fd), _fd_path(file_fd)
-            if base is None or real is None:  # no /proc: the blocking lookup, as Starlette's
-                result = await _in_worker_found(directory, path, False)
-                return None if result is None else _Found(*result)
-            if not _beneath(real, base):
-                return None
-            if refused is None:
-                st = _fstat_regular(file_fd)  # fstat inline: see _open_stat
-            elif stat.S_ISREG(st.st_mode):
-                raise refused  # a file we may not read: 401
-            found = _Found(real, file_fd, st)
-            opened[1] = -1  # the response owns it now
-            return found
-        finally:
-            for leftover in opened:
-                if isinstance(leftover, int) and leftover >= 0:
-                    os.close(leftover)
-
-
-async def _open_both(eng: EngineLike, *futs: asyncio.Future[int]) -> list[int | BaseException]:
-    """Await openat futures submitted together: each a descriptor or its error. If the task is
-    cancelled, whatever is opened now or later is closed."""
-    results: list[int | BaseException] = []
-    for i, fut in enumerate(futs):
-        try:
-            results.append(await _k._run_open(eng, fut))  # type: ignore[arg-type]
-        except asyncio.CancelledError:
-            for r in results:
-                if isinstance(r, int):
-                    os.close(r)
-            for later in futs[i + 1:]:
-                eng.cancel(later)
-                later.add_done_callback(_k._close_result)
+            return await _open_found(eng, path, names[-1], fd, os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the name is a symlink (O_NOFOLLOW)
+                return _SYMLINK
             raise
-        except Exception as exc:  # noqa: BLE001 - returned to the caller, which decides
-            results.append(exc)
-    return results
+    finally:
+        os.close(fd)
 
 
 async def _in_worker_found(directory: str, path: str, follow_symlink: bool

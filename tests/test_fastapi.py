@@ -35,6 +35,7 @@ from aionative.fastapi import (
 )
 
 from .conftest import open_fds_to
+from .test_starlette import blocking_calls  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.usefixtures("backend")
 REPO = Path(__file__).resolve().parent.parent
@@ -526,3 +527,17 @@ async def test_stream_file_survives_close_engine_between_chunks(native_backend: 
             aionative.close_engine()
     assert b"".join(got) == data
     assert open_fds_to(tmp_path) == 0
+
+
+@pytest.mark.asyncio
+async def test_failed_upload_is_removed_off_the_loop_s_thread(tmp_path: Path,
+                                                              blocking_calls: list[str]  # noqa: F811
+                                                              ) -> None:
+    """A failed upload's temporary file is removed through the engine (a worker where the
+    kernel has no unlinkat), not by an ``os.unlink`` on the loop's thread; it is gone when
+    ``save_upload`` raises."""
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(OSError):
+        await save_upload(_upload(b"small", spooled=False), tmp_path / "dir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]
+    assert blocking_calls == [], "\n".join(blocking_calls)

@@ -931,8 +931,9 @@ async def test_static_symlink_swapped_in_during_the_request(tree: Path,
     directory at any moment of a request never serves what the symlink points to.
 
     * before-open: after the path was checked and before it is opened — Starlette's window
-      (it checks ``realpath``, then stats and opens the name): here the file is opened first
-      and its descriptor's own path checked, so the symlink is refused (404);
+      (it checks ``realpath``, then stats and opens the name): here the file is opened
+      relative to its directory's descriptor without following a symlink, and a symlink met
+      is checked as Starlette checks it, on the descriptor then opened, so it is refused (404);
     * after-open: between the open and the check: the descriptor is the file, served (200);
     * before-send: after the lookup, before the response runs, with the server offering
       ``http.response.pathsend`` — the checked descriptor is served, the path never handed to
@@ -951,7 +952,7 @@ async def test_static_symlink_swapped_in_during_the_request(tree: Path,
             os.symlink(tree / "secret.txt", static / ".swap")
             os.replace(static / ".swap", target)
 
-    real_realpath, real_beneath = os.path.realpath, aionative.starlette._beneath
+    real_realpath = os.path.realpath
 
     def realpath_then_swap(path: Any, *args: Any, **kwargs: Any) -> Any:
         result = real_realpath(path, *args, **kwargs)
@@ -959,17 +960,18 @@ async def test_static_symlink_swapped_in_during_the_request(tree: Path,
             swap()
         return result
 
-    def check_then_swap(path: str, directory: str) -> bool:
-        result = real_beneath(path, directory)  # the first check here is on the name only
-        swap()
-        return result
-
-    real_open_both = aionative.starlette._open_both
+    real_open_at = aionative.starlette._open_at
     real_open_stat_blocking = aionative.starlette._open_stat_blocking
 
-    async def open_both_then_swap(*args: Any) -> Any:
-        result = await real_open_both(*args)
-        swap()
+    async def swap_then_open_at(eng: Any, dir_fd: int, name: bytes, *args: Any) -> Any:
+        if name == b"a.txt":  # the engine's lookup opens the file by its name in the directory
+            swap()
+        return await real_open_at(eng, dir_fd, name, *args)
+
+    async def open_at_then_swap(eng: Any, dir_fd: int, name: bytes, *args: Any) -> Any:
+        result = await real_open_at(eng, dir_fd, name, *args)
+        if name == b"a.txt":
+            swap()
         return result
 
     def open_stat_blocking_then_swap(path: str) -> Any:
@@ -986,9 +988,9 @@ async def test_static_symlink_swapped_in_during_the_request(tree: Path,
         with monkeypatch.context() as patch:
             if moment == "before-open":
                 patch.setattr(os.path, "realpath", realpath_then_swap)
-                patch.setattr(aionative.starlette, "_beneath", check_then_swap)
+                patch.setattr(aionative.starlette, "_open_at", swap_then_open_at)
             elif moment == "after-open":
-                patch.setattr(aionative.starlette, "_open_both", open_both_then_swap)
+                patch.setattr(aionative.starlette, "_open_at", open_at_then_swap)
                 patch.setattr(aionative.starlette, "_open_stat_blocking",
                               open_stat_blocking_then_swap)
             status: int | str
@@ -1161,3 +1163,121 @@ def test_under_anyio_s_trio_backend_starlette_s_own_code_serves(tmp_path: Path) 
     assert ours == theirs
     assert ours[0] == (200, (tmp_path / "a.txt").read_bytes()) and ours[2][0] == 404
     assert open_fds_to(tmp_path / "a.txt") == 0
+
+
+# ---------------------------------------------------------------- the loop's thread
+
+# What a blocking-call detector (blockbuster, which Starlette's own suite runs) flags among the
+# calls a file lookup could make: each may wait for the disk, or ask the kernel for a path.
+_BLOCKING = [(os, "stat"), (os, "lstat"), (os, "getcwd"), (os, "readlink"), (os, "listdir"),
+             (os, "scandir"), (os, "access"), (os, "unlink"), (os.path, "abspath"),
+             (os.path, "realpath"), (os.path, "islink"), (os.path, "exists"),
+             (os.path, "isdir"), (os.path, "isfile")]
+_WEB_LAYER = (str(Path(aionative.starlette.__file__)),
+              str(Path(aionative.starlette.__file__).with_name("fastapi.py")))
+
+
+def _on_the_loop_from_the_web_layer() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False  # a worker thread
+    frame = sys._getframe(2)
+    from_us = False
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.endswith("mimetypes.py"):  # Starlette's constructor's first guess_type
+            return False
+        from_us = from_us or name in _WEB_LAYER
+        frame = frame.f_back
+    return from_us
+
+
+@pytest.fixture
+def blocking_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The blocking calls aionative.starlette and aionative.fastapi make on the loop's thread
+    (as a detector sees them: through the module attribute)."""
+    seen: list[str] = []
+    for module, name in _BLOCKING:
+        original = getattr(module, name)
+
+        def watched(*args: Any, _original: Any = original,
+                    _name: str = f"{module.__name__}.{name}", **kwargs: Any) -> Any:
+            if _on_the_loop_from_the_web_layer():
+                seen.append(f"{_name}{args!r}")
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, watched)
+    return seen
+
+
+@pytest.fixture
+def static_app(tree: Path, monkeypatch: pytest.MonkeyPatch) -> Starlette:
+    """StaticFiles (a relative directory, an absolute one, following symlinks) and a
+    FileResponse route, constructed as an application is, before its loop runs."""
+    monkeypatch.chdir(tree)
+    static = tree / "static"
+    return Starlette(routes=[
+        Mount("/rel", StaticFiles(directory="static", html=True)),
+        Mount("/abs", StaticFiles(directory=static, html=True)),
+        Mount("/follow", StaticFiles(directory=static, html=True, follow_symlink=True)),
+        Route("/file", lambda request: FileResponse(static / "a.txt"), methods=["GET", "HEAD"]),
+    ])
+
+
+@pytest.mark.asyncio
+async def test_no_blocking_call_on_the_loop_s_thread(tree: Path, static_app: Starlette,
+                                                     blocking_calls: list[str]) -> None:
+    """A lookup and a response make no call that waits for the disk or asks the kernel for a
+    path on the loop's thread — no ``abspath``/``getcwd``, no ``readlink`` of
+    ``/proc/self/fd``, no ``stat``: the engine's operations, or a worker thread (a symlink met
+    on the way is checked there, as Starlette checks it)."""
+    app = static_app
+    paths = ["/", "/sub", "/sub/", "/a.txt", "/sub/b.txt", "/missing", "/link_in",
+             "/link_out", "/dirlink_in/b.txt", "/dirlink_out/c.txt", "/sub/b.txt/x", "/.."]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app),
+                                 base_url="http://test") as client:
+        for mount in ("/rel", "/abs", "/follow"):
+            for path in paths:
+                for method in ("GET", "HEAD"):
+                    response = await client.request(method, mount + path)
+                    assert response.status_code in (200, 307, 404), (mount, path)
+            assert (await client.get(mount + "/a.txt")).content == b"A" * 100
+        for headers in ({}, {"range": "bytes=0-9"}, {"range": "bytes=0-9,20-29"},
+                        {"if-none-match": "*"}):
+            assert (await client.get("/file", headers=headers)).status_code in (200, 206, 304)
+        assert (await client.head("/file")).status_code == 200
+    assert blocking_calls == [], "\n".join(blocking_calls)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("request_range", [None, "bytes=0-9", "bytes=5-",
+                                           "bytes=0-15,20-35,35-50", "bytes=-5,0-0,100-"])
+@pytest.mark.parametrize("size", [0, 1, 100, 256, 301])
+async def test_messages_framed_as_starlette_s(tmp_path: Path, request_range: str | None,
+                                              size: int) -> None:
+    """The same ASGI messages as Starlette's FileResponse — each multipart part's headers,
+    each chunk, the CRLF after a part and the closing boundary in messages of their own, and
+    the empty last message after a whole file of a multiple of the chunk size — not only the
+    same bytes."""
+    path = tmp_path / "file.txt"
+    path.write_bytes(os.urandom(size))
+
+    class Ours(FileResponse):
+        chunk_size = 64
+
+    class Theirs(StarletteFileResponse):
+        chunk_size = 64
+
+    headers = [] if request_range is None else [(b"range", request_range.encode())]
+    framed = []
+    for cls in (Ours, Theirs):
+        messages = await _call(cls(path), {"headers": headers})
+        start = messages[0]
+        boundary = re.search(rb"boundary=([0-9a-f]+)",
+                             dict(start["headers"]).get(b"content-type", b""))
+        body = [(m["body"], m.get("more_body", False)) for m in messages[1:]]
+        if boundary:
+            body = [(b.replace(boundary.group(1), b"B"), more) for b, more in body]
+        framed.append((start["status"], body))
+    assert framed[0] == framed[1]
