@@ -63,13 +63,18 @@ from ._raw import (
     REGULAR,
     STREAM,
     WindowRaw,
+    align_up,
     bytes_like,
     check_read_alloc,
     direct_buffer,
+    direct_lock_range,
     direct_pread_sync,
+    lock_backoff,
+    lock_blocks,
     off_t,
     rmw_blocks,
     ssize_t,
+    unlock_blocks,
 )
 from ._threads import ThreadsEngine
 
@@ -610,25 +615,61 @@ class AsyncBase(Generic[S]):
             eng.cancel(fut)  # the kernel keeps the engine's memory until the read completes
             raise
 
-    async def _direct_write(self, off: int, data: bytes) -> None:
-        """An O_DIRECT write: read the partial edge blocks, write the aligned range from
-        page-aligned memory, trim the file if the padding went past its new end."""
+    async def _direct_write(self, off: int, data: bytes) -> int | None:
+        """An O_DIRECT write, under the lock of the blocks it writes (see ``_raw``'s locks):
+        whole blocks go to the engine, which writes a copy from aligned memory of its own
+        (their count returned); otherwise read the partial edge blocks, write the aligned
+        range from page-aligned memory, trim the file if the padding went past its new end.
+        A lock another writer holds is tried again after a short sleep: the loop's thread
+        never waits for it."""
         raw = self._raw
         assert raw is not None
-        a0, a1, edges = rmw_blocks(off, len(data), raw.disk_size)
-        buf = direct_buffer(a1 - a0)
-        for edge in edges:
-            block = direct_buffer(ALIGN)
-            got = await self._engine_readinto(block, edge)
-            buf[edge - a0:edge - a0 + got] = block[:got]
-        buf[off - a0:off - a0 + len(data)] = data
-        eng = get_engine()
-        fut = eng.pwrite(raw._fd, memoryview(buf)[:a1 - a0], a0)
-        await asyncio.shield(fut)
-        new_size = max(raw.disk_size, off + len(data))
-        if a1 > new_size:
-            await _k.ftruncate(raw._fd, new_size)
-        raw.disk_size = new_size
+        fd = raw._fd
+        start, length = direct_lock_range(off, len(data), raw.disk_size)
+        delay = 0.0005
+        while True:
+            while not lock_blocks(fd, start, length):
+                await asyncio.sleep(delay)
+                delay = lock_backoff(delay)
+            try:
+                # The size under the lock: another writer's blocks decide the edges to read
+                # and the trim, not the size this file object last knew.
+                size = (await _k.fstat(fd)).st_size
+            except BaseException:
+                unlock_blocks(fd, start, length)
+                raise
+            if length == 0 or align_up(off + len(data)) <= size:
+                break
+            unlock_blocks(fd, start, length)  # the file shrank meanwhile: lock to its end
+            length = 0
+        fut: asyncio.Future[Any] | None = None
+        try:
+            if not (off | len(data)) & (ALIGN - 1):
+                fut = get_engine().pwrite_direct(fd, data, off)
+                done = await asyncio.shield(fut)
+                raw.disk_size = max(size, off + done)
+                return done
+            a0, a1, edges = rmw_blocks(off, len(data), size)
+            buf = direct_buffer(a1 - a0)
+            for edge in edges:
+                block = direct_buffer(ALIGN)
+                got = await self._engine_readinto(block, edge)
+                buf[edge - a0:edge - a0 + got] = block[:got]
+            buf[off - a0:off - a0 + len(data)] = data
+            eng = get_engine()
+            fut = eng.pwrite(fd, memoryview(buf)[:a1 - a0], a0)
+            await asyncio.shield(fut)
+            new_size = max(size, off + len(data))
+            if a1 > new_size:
+                await _k.ftruncate(fd, new_size)
+            raw.disk_size = new_size
+            return None
+        finally:
+            if fut is None or fut.done():
+                unlock_blocks(fd, start, length)
+            else:  # this task was cancelled: the blocks stay locked until the kernel is done
+                fut.add_done_callback(
+                    lambda _: raw._closed_fd or unlock_blocks(fd, start, length))
 
     async def _fetch(self, need: int, at: int | None = None) -> None:
         """Make the window hold ``need`` bytes from ``at`` (default: the raw position), or
@@ -724,7 +765,7 @@ class AsyncBase(Generic[S]):
                 # writes a copy from aligned memory of its own. The size the partial writes go
                 # by is raised now: the next operation waits for this write (a cancelled
                 # caller's too: _finish_unfinished), and a failure takes it back from the file.
-                fut = get_engine().pwrite_direct(fd, data, off)
+                fut = asyncio.ensure_future(self._direct_write(off, data))
                 raw.disk_size = max(raw.disk_size, off + len(data))
             elif raw.direct and off >= 0:
                 fut = asyncio.ensure_future(self._direct_write(off, data))
