@@ -63,6 +63,7 @@ from ._raw import (
     REGULAR,
     STREAM,
     WindowRaw,
+    WritesFirst,
     align_up,
     bytes_like,
     check_read_alloc,
@@ -138,9 +139,6 @@ _NO_GATE = _LineGate(None)  # every file's until it iterates; its budget is neve
 
 
 _HUGE = 1 << 62
-#: The whences lseek(2) answers from the file on disk (Linux 3.1+).
-_DATA_HOLE = tuple(w for w in (getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None))
-                   if w is not None)
 
 
 def _size_arg(size: Any) -> int | None:
@@ -1043,7 +1041,17 @@ class AsyncBase(Generic[S]):
             if whence == os.SEEK_END and raw.kind != STREAM and not raw.closed:
                 await self._refresh_size()
             await self._before_seek(offset, whence)
-            pos = self._run(self._file.seek, offset, whence)
+            try:
+                pos = self._run(self._file.seek, offset, whence)
+            except WritesFirst:
+                pos = None
+            if pos is None:
+                # SEEK_DATA or SEEK_HOLE, after the buffered layer flushed writes: they land
+                # (as the builtin's flush had written them), then lseek(2) answers. The
+                # buffered layer keeps its read buffer until the raw seek succeeds, as the
+                # builtin's does (a seek that fails with ENXIO leaves it for later reads).
+                await self._push()
+                pos = self._run(self._file.seek, offset, whence)
             self._dirty = 0
             before = raw.pos
             await self._push()
@@ -1309,21 +1317,6 @@ class _BinaryBase(AsyncBase[bytes]):
         (see _margin)."""
         k = buf.find(b"\n", i)
         return k >= 0 and len(buf) - k > self._margin()
-
-    async def _before_seek(self, offset: Any, whence: Any) -> None:
-        """SEEK_DATA and SEEK_HOLE are answered by lseek(2) from the file on disk: what the
-        buffers hold must be there first (the builtin's seek flushes its buffer too, and its
-        writes land at once)."""
-        if type(whence) is not int:
-            try:
-                whence = index(whence)
-            except Exception:  # noqa: BLE001 - the synchronous call raises it
-                return
-        raw = self._raw
-        assert raw is not None
-        if whence in _DATA_HOLE and raw.kind != STREAM and not raw.closed:
-            self._run(self._file.flush)
-            await self._push()
 
     def _direct_read_ok(self, n: int) -> bool:
         """Whether ``n`` bytes of a ``read()`` may skip the window: a read-only regular file

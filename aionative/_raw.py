@@ -330,6 +330,13 @@ def _einval() -> OSError:
     return OSError(errno.EINVAL, os.strerror(errno.EINVAL))
 
 
+class WritesFirst(Exception):  # noqa: N818 - not an error: a request to the async layer
+    """``WindowRaw.seek`` with SEEK_DATA or SEEK_HOLE while writes are staged (the buffered
+    layer's seek flushed its write buffer just before): lseek(2) answers from the file on
+    disk, so the async layer lands them and seeks again. Nothing has changed yet, in the raw
+    layer or in the buffered one, which keeps its read buffer when its raw seek raises."""
+
+
 def _espipe() -> OSError:
     return OSError(errno.ESPIPE, os.strerror(errno.ESPIPE))
 
@@ -691,6 +698,11 @@ class WindowRaw(io.RawIOBase):
             if not self.in_op:
                 self._sync_flush_staged()
             return len(data)
+        if self.pos + len(data) >= 1 << 63:
+            # write(2) refuses to move the file position past the largest off_t, appending or
+            # not (rw_verify_area): EINVAL, raised here as FileIO's write raises it, so the
+            # buffered layer keeps the data, as the builtin's does.
+            raise _einval()
         off = self.size if self.appending else self.pos
         self.append_delta = 0  # an append leaves the position at the end it finds
         self.appended = self.appending
@@ -781,7 +793,9 @@ class WindowRaw(io.RawIOBase):
                 new = self.size + pos
             else:
                 # SEEK_DATA, SEEK_HOLE, or a whence lseek(2) refuses (EINVAL): the kernel
-                # answers, from the file on disk (the async layer wrote what was staged).
+                # answers, from the file on disk, once what is staged has landed.
+                if self.staged and self.in_op:
+                    raise WritesFirst
                 new = os.lseek(self._fd, pos, whence)
             if new < 0 or new >= 1 << 63:
                 raise _einval()
