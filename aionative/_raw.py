@@ -330,7 +330,7 @@ def _einval() -> OSError:
     return OSError(errno.EINVAL, os.strerror(errno.EINVAL))
 
 
-class WritesFirst(Exception):  # noqa: N818 - not an error: a request to the async layer
+class WritesFirst(Exception):
     """``WindowRaw.seek`` with SEEK_DATA or SEEK_HOLE while writes are staged (the buffered
     layer's seek flushed its write buffer just before): lseek(2) answers from the file on
     disk, so the async layer lands them and seeks again. Nothing has changed yet, in the raw
