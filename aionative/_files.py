@@ -666,8 +666,11 @@ class AsyncBase(Generic[S]):
             if fut is None or fut.done():
                 unlock_blocks(fd, start, length)
             else:  # this task was cancelled: the blocks stay locked until the kernel is done
-                fut.add_done_callback(
-                    lambda _: raw._closed_fd or unlock_blocks(fd, start, length))
+                def unlock(_: object) -> None:
+                    if not raw._closed_fd:  # (closed: the lock went with the descriptor)
+                        unlock_blocks(fd, start, length)
+
+                fut.add_done_callback(unlock)
 
     async def _fetch(self, need: int, at: int | None = None) -> None:
         """Make the window hold ``need`` bytes from ``at`` (default: the raw position), or
