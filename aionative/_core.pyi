@@ -190,4 +190,5 @@ def call_setup(pread: Callable[[int, int, int], Awaitable[bytes]],
                preadinto: Callable[[int, Any, int], Awaitable[int]],
                pwrite: Callable[[int, Any, int], Awaitable[int]],
                write_refused: Callable[..., Awaitable[int]], turn_min: int,
-               cancelled: type[BaseException], /) -> None: ...
+               cancelled: type[BaseException],
+               read_refused: Callable[[Any, Any, Any, bool], Awaitable[Any]], /) -> None: ...

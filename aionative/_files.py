@@ -63,13 +63,19 @@ from ._raw import (
     REGULAR,
     STREAM,
     WindowRaw,
+    WritesFirst,
+    align_up,
     bytes_like,
     check_read_alloc,
     direct_buffer,
+    direct_lock_range,
     direct_pread_sync,
+    lock_backoff,
+    lock_blocks,
     off_t,
     rmw_blocks,
     ssize_t,
+    unlock_blocks,
 )
 from ._threads import ThreadsEngine
 
@@ -133,9 +139,6 @@ _NO_GATE = _LineGate(None)  # every file's until it iterates; its budget is neve
 
 
 _HUGE = 1 << 62
-#: The whences lseek(2) answers from the file on disk (Linux 3.1+).
-_DATA_HOLE = tuple(w for w in (getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None))
-                   if w is not None)
 
 
 def _size_arg(size: Any) -> int | None:
@@ -629,25 +632,64 @@ class AsyncBase(Generic[S]):
             eng.cancel(fut)  # the kernel keeps the engine's memory until the read completes
             raise
 
-    async def _direct_write(self, off: int, data: bytes) -> None:
-        """An O_DIRECT write: read the partial edge blocks, write the aligned range from
-        page-aligned memory, trim the file if the padding went past its new end."""
+    async def _direct_write(self, off: int, data: bytes) -> int | None:
+        """An O_DIRECT write, under the lock of the blocks it writes (see ``_raw``'s locks):
+        whole blocks go to the engine, which writes a copy from aligned memory of its own
+        (their count returned); otherwise read the partial edge blocks, write the aligned
+        range from page-aligned memory, trim the file if the padding went past its new end.
+        A lock another writer holds is tried again after a short sleep: the loop's thread
+        never waits for it."""
         raw = self._raw
         assert raw is not None
-        a0, a1, edges = rmw_blocks(off, len(data), raw.disk_size)
-        buf = direct_buffer(a1 - a0)
-        for edge in edges:
-            block = direct_buffer(ALIGN)
-            got = await self._engine_readinto(block, edge)
-            buf[edge - a0:edge - a0 + got] = block[:got]
-        buf[off - a0:off - a0 + len(data)] = data
-        eng = get_engine()
-        fut = eng.pwrite(raw._fd, memoryview(buf)[:a1 - a0], a0)
-        await asyncio.shield(fut)
-        new_size = max(raw.disk_size, off + len(data))
-        if a1 > new_size:
-            await _k.ftruncate(raw._fd, new_size)
-        raw.disk_size = new_size
+        fd = raw._fd
+        start, length = direct_lock_range(off, len(data), raw.disk_size)
+        delay = 0.0005
+        while True:
+            while not lock_blocks(fd, start, length):
+                await asyncio.sleep(delay)
+                delay = lock_backoff(delay)
+            try:
+                # The size under the lock: another writer's blocks decide the edges to read
+                # and the trim, not the size this file object last knew.
+                size = (await _k.fstat(fd)).st_size
+            except BaseException:
+                unlock_blocks(fd, start, length)
+                raise
+            if length == 0 or align_up(off + len(data)) <= size:
+                break
+            unlock_blocks(fd, start, length)  # the file shrank meanwhile: lock to its end
+            length = 0
+        fut: asyncio.Future[Any] | None = None
+        try:
+            if not (off | len(data)) & (ALIGN - 1):
+                fut = get_engine().pwrite_direct(fd, data, off)
+                done = await asyncio.shield(fut)
+                raw.disk_size = max(size, off + done)
+                return done
+            a0, a1, edges = rmw_blocks(off, len(data), size)
+            buf = direct_buffer(a1 - a0)
+            for edge in edges:
+                block = direct_buffer(ALIGN)
+                got = await self._engine_readinto(block, edge)
+                buf[edge - a0:edge - a0 + got] = block[:got]
+            buf[off - a0:off - a0 + len(data)] = data
+            eng = get_engine()
+            fut = eng.pwrite(fd, memoryview(buf)[:a1 - a0], a0)
+            await asyncio.shield(fut)
+            new_size = max(size, off + len(data))
+            if a1 > new_size:
+                await _k.ftruncate(fd, new_size)
+            raw.disk_size = new_size
+            return None
+        finally:
+            if fut is None or fut.done():
+                unlock_blocks(fd, start, length)
+            else:  # this task was cancelled: the blocks stay locked until the kernel is done
+                def unlock(_: object) -> None:
+                    if not raw._closed_fd:  # (closed: the lock went with the descriptor)
+                        unlock_blocks(fd, start, length)
+
+                fut.add_done_callback(unlock)
 
     async def _fetch(self, need: int, at: int | None = None) -> None:
         """Make the window hold ``need`` bytes from ``at`` (default: the raw position), or
@@ -743,7 +785,7 @@ class AsyncBase(Generic[S]):
                 # writes a copy from aligned memory of its own. The size the partial writes go
                 # by is raised now: the next operation waits for this write (a cancelled
                 # caller's too: _finish_unfinished), and a failure takes it back from the file.
-                fut = get_engine().pwrite_direct(fd, data, off)
+                fut = asyncio.ensure_future(self._direct_write(off, data))
                 raw.disk_size = max(raw.disk_size, off + len(data))
             elif raw.direct and off >= 0:
                 fut = asyncio.ensure_future(self._direct_write(off, data))
@@ -1031,7 +1073,17 @@ class AsyncBase(Generic[S]):
             if whence == os.SEEK_END and raw.kind != STREAM and not raw.closed:
                 await self._refresh_size()
             await self._before_seek(offset, whence)
-            pos = self._run(self._file.seek, offset, whence)
+            try:
+                pos = self._run(self._file.seek, offset, whence)
+            except WritesFirst:
+                pos = None
+            if pos is None:
+                # SEEK_DATA or SEEK_HOLE, after the buffered layer flushed writes: they land
+                # (as the builtin's flush had written them), then lseek(2) answers. The
+                # buffered layer keeps its read buffer until the raw seek succeeds, as the
+                # builtin's does (a seek that fails with ENXIO leaves it for later reads).
+                await self._push()
+                pos = self._run(self._file.seek, offset, whence)
             self._dirty = 0
             before = raw.pos
             await self._push()
@@ -1321,21 +1373,6 @@ class _BinaryBase(AsyncBase[bytes]):
         (see _margin)."""
         k = buf.find(b"\n", i)
         return k >= 0 and len(buf) - k > self._margin()
-
-    async def _before_seek(self, offset: Any, whence: Any) -> None:
-        """SEEK_DATA and SEEK_HOLE are answered by lseek(2) from the file on disk: what the
-        buffers hold must be there first (the builtin's seek flushes its buffer too, and its
-        writes land at once)."""
-        if type(whence) is not int:
-            try:
-                whence = index(whence)
-            except Exception:  # noqa: BLE001 - the synchronous call raises it
-                return
-        raw = self._raw
-        assert raw is not None
-        if whence in _DATA_HOLE and raw.kind != STREAM and not raw.closed:
-            self._run(self._file.flush)
-            await self._push()
 
     def _direct_read_ok(self, n: int) -> bool:
         """Whether ``n`` bytes of a ``read()`` may skip the window: a read-only regular file

@@ -4,6 +4,7 @@ loop's engine. Errors are the ``OSError`` subclasses ``os.pread``/``os.pwrite`` 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
@@ -113,13 +114,36 @@ async def _write_refused(eng: Any, fd: int, data: Any, offset: int) -> int:
     return await await_op(eng, res)
 
 
+async def _read_refused(fd: Any, arg: Any, offset: Any, into: bool) -> Any:
+    """A ``pread`` or ``preadinto`` that Linux AIO refused with EINVAL: io_submit refuses a
+    file whose driver has no ``read_iter`` (procfs's seq files: ``/proc/self/maps``,
+    ``/proc/kallsyms``), which pread(2) reads. ``os.pread``'s answer (``os.preadv``'s, into
+    the buffer), or its error, from a worker thread: such a read may wait (a maps file for
+    the process's memory map lock). A cancelled ``preadinto`` ends only once the worker has
+    let go of the caller's buffer."""
+    loop = asyncio.get_running_loop()
+    if not into:
+        return await loop.run_in_executor(None, os.pread, fd, arg, offset)
+    fut = loop.run_in_executor(None, os.preadv, fd, [arg], offset)
+    del arg  # (the worker holds the buffer; a kept traceback of this frame must not)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        while not fut.done():
+            try:
+                await asyncio.wait([fut])
+            except asyncio.CancelledError:
+                continue  # the first cancellation is raised once the buffer is free
+        raise
+
+
 def set_turn_min(size: int) -> None:
     """Set ``TURN_MIN`` (``_threads.TURN_MIN``, every engine's; benchmarks and tests: 0 sends
     every read the spent budget refused round a turn)."""
     _threads.TURN_MIN = size
     if _core is not None:
         _core.call_setup(_pread, _preadinto, _pwrite, _write_refused, size,
-                         asyncio.CancelledError)
+                         asyncio.CancelledError, _read_refused)
 
 
 pread: Callable[[int, int, int], Coroutine[Any, Any, bytes]]

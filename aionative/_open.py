@@ -89,6 +89,25 @@ def _flags(file: Any, mode: str, buffering: int, encoding: str | None, errors: s
     return flags
 
 
+def _refuse_appending(file: Any, flags: int) -> None:
+    """``direct=True`` refuses append mode, and a caller's descriptor opened ``O_APPEND``, as
+    ``open()`` refuses a mode it cannot honour (ValueError, before anything is opened):
+    ``O_DIRECT`` writes whole aligned blocks, so a record can only be appended by reading the
+    file's last block, changing it and writing it back, at the end of file known then. A
+    second writer (another file object, another process) appending meanwhile is overwritten
+    by that block: records lost, and zeros between blocks. ``O_APPEND`` with ``O_DIRECT``
+    fails with EINVAL wherever the end is not block-aligned."""
+    if flags & os.O_APPEND:
+        raise ValueError("can't have append mode and direct I/O at once")
+    if _is_fd(file):
+        try:
+            fl = fcntl.fcntl(file, fcntl.F_GETFL)
+        except OSError:
+            return  # a bad descriptor: opening reports it, as FileIO does
+        if fl & os.O_APPEND:
+            raise ValueError("can't have an O_APPEND descriptor and direct I/O at once")
+
+
 def _is_fd(file: Any) -> bool:
     # An int that is no C int is a path to FileIO: validate() lets open() refuse it (TypeError).
     return isinstance(file, int) and -(1 << 31) <= file < 1 << 31
@@ -160,10 +179,12 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
         raise TypeError(f"open() argument 'mode' must be str, not {arg_type_name(mode)}")
     flags = _flags(file, mode, buffering, encoding, errors, newline, closefd)
     if direct:
-        # O_DIRECT, with append emulated: the kernel would append at an unaligned end. Writes
-        # of partial blocks read them first, so the descriptor is read-write (the file object
-        # still refuses what its mode does not allow).
-        flags = (flags | os.O_DIRECT) & ~os.O_APPEND
+        # O_DIRECT moves whole blocks: the kernel cannot append a record at an unaligned end
+        # of file, and no emulation can append at the end another writer leaves (see
+        # _refuse_appending). Writes of partial blocks read them first, so the descriptor is
+        # read-write (the file object still refuses what its mode does not allow).
+        _refuse_appending(file, flags)
+        flags |= os.O_DIRECT
         if flags & os.O_ACCMODE == os.O_WRONLY:
             flags = flags & ~os.O_ACCMODE | os.O_RDWR
     name: Any
@@ -466,8 +487,11 @@ def open(file: FileArg, mode: str = "r", buffering: int = -1, encoding: str | No
     ``direct=True`` (beyond aiofiles) opens with ``O_DIRECT``, bypassing the page cache, and
     handles the alignment: reads and writes of any size at any offset become aligned transfers
     through page-aligned buffers (partial edge blocks read, modified and written back; the file
-    trimmed to its true size), so the descriptor is opened read-write. Append mode is
-    emulated at the size aionative knows.
+    trimmed to its true size), so the descriptor is opened read-write. Each direct write
+    holds an ``F_OFD_SETLK`` lock on the blocks it rewrites, so aionative writers of one file
+    (file objects of this process or of others) do not write back each other's old bytes.
+    Append mode (and a descriptor opened ``O_APPEND``) is refused with ``ValueError``:
+    appending whole blocks at the end one writer knows overwrites another appender's records.
     """
     if ((type(file) is str or isinstance(file, os.PathLike)) and mode == "rb"
             and type(buffering) is int and buffering == -1

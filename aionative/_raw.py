@@ -25,9 +25,12 @@ the end never returns bytes past the new end.
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import mmap
 import os
+import struct
+import time
 from collections.abc import Callable
 from operator import index
 from typing import Any
@@ -66,6 +69,58 @@ def rmw_blocks(off: int, length: int, disk_size: int) -> tuple[int, int, list[in
     if off + length < a1 and last < disk_size and last not in edges:
         edges.append(last)
     return a0, a1, edges
+
+
+# Several writers of one file through O_DIRECT (file objects of this process or of others)
+# each read a partial block, change their part and write the whole block back: two at once
+# write back each other's old bytes. So every direct write of a file object holds an open file
+# description lock (F_OFD_SETLK, Linux 3.15) on the blocks it writes while it reads and writes
+# them, and on everything from its first block on when it may end the file (it trims the
+# padding to the size it measures under the lock: a writer further on could extend the file
+# meanwhile). Other aionative writers wait for it; the lock is advisory, so other programs do
+# not. Lock ranges of one writer only grow towards the end of the file: no two writers can
+# wait for each other. OFD locks belong to the open file, not the process: two file objects
+# of one process exclude each other, and closing a descriptor releases only its own.
+_F_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", 37)
+_LOCK_BUSY = (errno.EAGAIN, errno.EACCES)
+#: How long a synchronous direct write waits for another writer's lock before it raises the
+#: lock's EAGAIN: one such write holds it for a few block transfers; a lock held longer is
+#: held across something else (a process stopped in a debugger, a synchronous write run on
+#: the loop's thread while the loop's own writer holds the lock, waiting for that loop).
+SYNC_LOCK_WAIT = 10.0
+
+
+def _ofd_lock(fd: int, kind: int, start: int, length: int) -> bool:
+    """One non-blocking F_OFD_SETLK of [start, start + length) (length 0: to any end). False:
+    another open file holds a lock there. A filesystem or kernel without such locks (EINVAL,
+    ENOLCK, …): True, unlocked, as every writer there is."""
+    try:
+        fcntl.fcntl(fd, _F_OFD_SETLK, struct.pack("hhqqi", kind, os.SEEK_SET, start, length, 0))
+    except OSError as exc:
+        if exc.errno in _LOCK_BUSY:
+            return False
+    return True
+
+
+def lock_blocks(fd: int, start: int, length: int) -> bool:
+    """Try once to lock [start, start + length) for writing (see above)."""
+    return _ofd_lock(fd, fcntl.F_WRLCK, start, length)
+
+
+def unlock_blocks(fd: int, start: int, length: int) -> None:
+    _ofd_lock(fd, fcntl.F_UNLCK, start, length)
+
+
+def direct_lock_range(off: int, length: int, size: int) -> tuple[int, int]:
+    """The range a direct write of [off, off + length) locks, given the file's ``size``: its
+    blocks, or (a write whose last block reaches past the end: it trims) all from its first."""
+    a0, a1 = align_down(off), align_up(off + length)
+    return a0, (0 if a1 > size else a1 - a0)
+
+
+def lock_backoff(delay: float) -> float:
+    """The next wait between attempts to take a lock another writer holds."""
+    return min(delay * 2, 0.02)
 
 
 def direct_pread_sync(fd: int, n: int, pos: int) -> bytes:
@@ -120,8 +175,29 @@ def direct_pwrite_blocks(fd: int, data: Any, off: int) -> int:
 
 def direct_pwrite_sync(fd: int, off: int, data: bytes, disk_size: int) -> int:
     """Write ``data`` at ``off`` through an O_DIRECT descriptor (read-modify-write of partial
-    edge blocks; the file is trimmed back if the aligned write went past its new end).
-    Returns the file's new size."""
+    edge blocks; the file is trimmed back if the aligned write went past its new end), under
+    the lock of the blocks it writes (see above), waiting for other writers' at most
+    SYNC_LOCK_WAIT seconds. Returns the file's new size."""
+    start, length = direct_lock_range(off, len(data), disk_size)
+    deadline, delay = time.monotonic() + SYNC_LOCK_WAIT, 0.0005
+    while True:
+        while not lock_blocks(fd, start, length):
+            if time.monotonic() > deadline:
+                raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+            time.sleep(delay)
+            delay = lock_backoff(delay)
+        size = os.fstat(fd).st_size  # another writer's blocks count: the size under the lock
+        if length == 0 or align_up(off + len(data)) <= size:
+            break
+        unlock_blocks(fd, start, length)  # the file shrank meanwhile: lock to its end
+        length = 0
+    try:
+        return _direct_pwrite_locked(fd, off, data, size)
+    finally:
+        unlock_blocks(fd, start, length)
+
+
+def _direct_pwrite_locked(fd: int, off: int, data: bytes, disk_size: int) -> int:
     a0, a1, edges = rmw_blocks(off, len(data), disk_size)
     buf = direct_buffer(a1 - a0)
     try:
@@ -252,6 +328,13 @@ def check_read_alloc(size: int) -> None:
 
 def _einval() -> OSError:
     return OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+
+class WritesFirst(Exception):
+    """``WindowRaw.seek`` with SEEK_DATA or SEEK_HOLE while writes are staged (the buffered
+    layer's seek flushed its write buffer just before): lseek(2) answers from the file on
+    disk, so the async layer lands them and seeks again. Nothing has changed yet, in the raw
+    layer or in the buffered one, which keeps its read buffer when its raw seek raises."""
 
 
 def _espipe() -> OSError:
@@ -629,6 +712,11 @@ class WindowRaw(io.RawIOBase):
             if not self.in_op:
                 self._sync_flush_staged()
             return len(data)
+        if self.pos + len(data) >= 1 << 63:
+            # write(2) refuses to move the file position past the largest off_t, appending or
+            # not (rw_verify_area): EINVAL, raised here as FileIO's write raises it, so the
+            # buffered layer keeps the data, as the builtin's does.
+            raise _einval()
         off = self.size if self.appending else self.pos
         self.append_delta = 0  # an append leaves the position at the end it finds
         self.appended = self.appending
@@ -726,7 +814,9 @@ class WindowRaw(io.RawIOBase):
                 new = self.size + pos
             else:
                 # SEEK_DATA, SEEK_HOLE, or a whence lseek(2) refuses (EINVAL): the kernel
-                # answers, from the file on disk (the async layer wrote what was staged).
+                # answers, from the file on disk, once what is staged has landed.
+                if self.staged and self.in_op:
+                    raise WritesFirst
                 new = os.lseek(self._fd, pos, whence)
             if new < 0 or new >= 1 << 63:
                 raise _einval()

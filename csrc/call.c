@@ -17,6 +17,9 @@
  *   retried: inline if the engine admits the retry; else a read is queued, and a pwrite waits
  *   in the queue of refused calls (the Python coroutine write_refused, as
  *   _kernelops.after_a_turn does);
+ * - a pread or preadinto that Linux AIO refused with EINVAL (a file whose driver has no
+ *   read_iter, such as procfs's /proc/self/maps or /proc/kallsyms, which pread(2) reads)
+ *   delegates to the Python coroutine read_refused, which asks os.pread in a worker thread;
  * - the threads engine delegates to the Python coroutines call_setup() named.
  */
 #include "engine.h"  /* Python.h first */
@@ -54,6 +57,7 @@ static PyTypeObject Call_Type;
 /* Set by call_setup(): the Python coroutine functions of the slow paths, and turn_min. */
 static PyObject *slow_fn[CALL_KINDS];  /* async def (fd, arg, offset): the whole call */
 static PyObject *write_refused_fn;     /* async def (eng, fd, data, offset) */
+static PyObject *read_refused_fn;      /* async def (fd, size or buffer, offset, into) */
 static PyObject *cancelled_error, *str_throw, *str_close;
 static Py_ssize_t turn_min = 64 << 10;
 
@@ -73,14 +77,28 @@ static void call_forget(call_t *c)
 
 /* ---------------------------------------------------------------- the steps */
 
+static int call_aio_refused(call_t *c);
+static PySendResult call_read_refused(call_t *c, PyObject **result);
+
+/* Whether a read waiting on engine `c->eng`'s future keeps its arguments: Linux AIO may
+ * refuse it with EINVAL (see call_aio_refused), and os.pread then needs them. */
+static int call_keeps_args(call_t *c)
+{
+    return c->fut && c->kind != CALL_PWRITE && c->eng &&
+           ((engine_t *)c->eng)->ops == &kaio_ops;
+}
+
 /* Delegate to `it` (a new reference) and take its first step. */
 static PySendResult call_delegate(call_t *c, PyObject *it, PyObject **result)
 {
     c->it = it;
     c->state = ST_WAIT;
-    for (int i = 0; i < 3; i++)
-        Py_CLEAR(c->args[i]);
+    if (!call_keeps_args(c))
+        for (int i = 0; i < 3; i++)
+            Py_CLEAR(c->args[i]);
     PySendResult r = PyIter_Send(it, Py_None, result);
+    if (r == PYGEN_ERROR && call_aio_refused(c))  /* (a future that failed already) */
+        return call_read_refused(c, result);
     if (r != PYGEN_NEXT)
         call_forget(c);
     return r;
@@ -389,11 +407,58 @@ static int call_busy(call_t *c)
     return 1;
 }
 
+/* 1 if the error set is Linux AIO's EINVAL for this read's file (cleared: the read goes to
+ * read_refused), else 0 with the error left as it was. io_submit refuses a file whose driver
+ * has no read_iter (procfs's seq files) with EINVAL, where pread(2) reads it; the engine has
+ * already made a directory's EINVAL the EISDIR pread(2) gives. Arguments pread(2) refuses
+ * with EINVAL (a negative offset) are refused by the engine's call itself, before any
+ * future: they never get here. */
+static int call_aio_refused(call_t *c)
+{
+    if (!call_keeps_args(c) || !c->args[0] || !read_refused_fn ||
+        !PyErr_ExceptionMatches(PyExc_OSError))
+        return 0;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    int refused = 0;
+    if (v && PyObject_TypeCheck(v, (PyTypeObject *)PyExc_OSError)) {
+        PyObject *en = ((PyOSErrorObject *)v)->myerrno;
+        refused = en && PyLong_CheckExact(en) && PyLong_AsLong(en) == EINVAL;
+    }
+    if (refused) {  /* the future's own outcome (the task throws it in), not one thrown by hand */
+        PyObject *done = PyObject_CallMethod(c->fut, "done", NULL);
+        refused = done == Py_True;
+        Py_XDECREF(done);
+        PyErr_Clear();
+    }
+    if (refused) {
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+        return 1;
+    }
+    PyErr_Restore(t, v, tb);
+    return 0;
+}
+
+/* The read Linux AIO refused: os.pread's answer, from read_refused (a worker thread). */
+static PySendResult call_read_refused(call_t *c, PyObject **result)
+{
+    PyObject *a[4] = {c->args[0], c->args[1], c->args[2],
+                      c->kind == CALL_PREADINTO ? Py_True : Py_False};
+    Py_CLEAR(c->it);
+    Py_CLEAR(c->fut);  /* (the arguments are let go once the coroutine holds them) */
+    return call_slow(c, read_refused_fn, a, 4, result);
+}
+
 static PySendResult call_step(call_t *c, PyObject *arg, PyObject **result)
 {
     switch (c->state) {
     case ST_WAIT: {
         PySendResult r = PyIter_Send(c->it, arg, result);
+        if (r == PYGEN_ERROR && call_aio_refused(c))
+            return call_read_refused(c, result);
         if (r == PYGEN_ERROR)
             return call_settle(c, result);
         if (r != PYGEN_NEXT)
@@ -524,9 +589,12 @@ static PyObject *Call_throw(call_t *c, PyObject *const *args, Py_ssize_t n)
     PyObject *res = PyObject_CallMethodOneArg(c->it, str_throw, exc);
     Py_DECREF(exc);
     if (!res) {
-        PySendResult r = call_settle(c, &result);
+        /* (the task throws a failed future's error in: Linux AIO's refusal goes to
+         * read_refused) */
+        PySendResult r = call_aio_refused(c) ? call_read_refused(c, &result)
+                                             : call_settle(c, &result);
         c->running = 0;
-        return r == PYGEN_NEXT ? result : NULL;
+        return call_stop(r, result);
     }
     c->running = 0;
     return res;
@@ -729,11 +797,12 @@ static PyObject *call_pwrite(PyObject *m, PyObject *const *args, Py_ssize_t n, P
     return call_new(CALL_PWRITE, args, n, kw);
 }
 
-/* call_setup(pread, preadinto, pwrite, write_refused, turn_min, CancelledError) */
+/* call_setup(pread, preadinto, pwrite, write_refused, turn_min, CancelledError,
+ *            read_refused) */
 static PyObject *call_setup(PyObject *m, PyObject *const *args, Py_ssize_t n)
 {
-    if (n != 6) {
-        PyErr_SetString(PyExc_TypeError, "call_setup() takes exactly 6 arguments");
+    if (n != 7) {
+        PyErr_SetString(PyExc_TypeError, "call_setup() takes exactly 7 arguments");
         return NULL;
     }
     Py_ssize_t tm = PyLong_AsSsize_t(args[4]);
@@ -743,6 +812,7 @@ static PyObject *call_setup(PyObject *m, PyObject *const *args, Py_ssize_t n)
         Py_XSETREF(slow_fn[i], Py_NewRef(args[i]));
     Py_XSETREF(write_refused_fn, Py_NewRef(args[3]));
     Py_XSETREF(cancelled_error, Py_NewRef(args[5]));
+    Py_XSETREF(read_refused_fn, Py_NewRef(args[6]));
     turn_min = tm;
     Py_RETURN_NONE;
 }
@@ -771,9 +841,10 @@ static PyMethodDef call_functions[] = {
      "inline, within the loop's cooperative budget; one that finds the budget spent waits a "
      "turn of the loop." AWAITED},
     {"call_setup", (PyCFunction)(void (*)(void))call_setup, METH_FASTCALL,
-     "call_setup(pread, preadinto, pwrite, write_refused, turn_min, CancelledError): the "
-     "Python paths of the calls (the threads engine's; a pwrite refused after its turn), and "
-     "the size from which a refused pread waits a turn"},
+     "call_setup(pread, preadinto, pwrite, write_refused, turn_min, CancelledError, "
+     "read_refused): the Python paths of the calls (the threads engine's; a pwrite refused "
+     "after its turn; a read Linux AIO refused with EINVAL), and the size from which a "
+     "refused pread waits a turn"},
     {NULL},
 };
 

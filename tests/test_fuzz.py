@@ -364,6 +364,7 @@ class FileMachine(RuleBasedStateMachine):
         elif buffering == 1:
             kw["buffering"] = -1  # a warning in binary mode: open_hostile covers it
         pa, pb = self.paths(content if exists or mode[0] != "x" else None)
+        direct = direct and "a" not in mode  # refused with direct=True: test_direct_writers
         pair = self._open_pair(pa, pb, pa, pb, (mode,), kw, {"direct": direct},
                                f"{mode} {kw} direct={direct}")
         if pair is None:
