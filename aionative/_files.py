@@ -1355,6 +1355,7 @@ class _BinaryBase(AsyncBase[bytes]):
                 gate.room = -1  # spent by fast reads: the next read cedes first
             gate.budget = 0
             raw = self._raw
+            assert raw is not None  # (a gate with room is a window's)
             raw.in_op = True  # (served from memory: see WindowRaw.fileno)
             try:
                 return gate.read(size)  # type: ignore[no-any-return]

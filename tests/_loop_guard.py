@@ -135,10 +135,10 @@ class _Guard:
     def report(self, what: str) -> str | None:
         if self.worst <= BOUND:
             return None
-        lines = [f"{what} held the event loop for {self.worst * 1e3:.1f} ms of the loop thread's "
-                 f"CPU time ({self.worst_wall * 1e3:.1f} ms wall) without letting the ticker "
-                 f"run; the bound is {BOUND * 1e3:g} ms (tests/_loop_guard.py). Mark a test "
-                 f"that blocks on purpose @pytest.mark.{_MARKER}(reason)."]
+        lines = [(f"{what} held the event loop for {self.worst * 1e3:.1f} ms of the loop "
+                  f"thread's CPU time ({self.worst_wall * 1e3:.1f} ms wall) without letting the "
+                  f"ticker run; the bound is {BOUND * 1e3:g} ms (tests/_loop_guard.py). Mark a "
+                  f"test that blocks on purpose @pytest.mark.{_MARKER}(reason).")]
         if self.worst_stack:
             ours = [f for f in self.worst_stack if f.filename.startswith(_PACKAGE)]
             if ours:
@@ -248,8 +248,8 @@ def is_exempt(item: pytest.Item) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{_MARKER}(reason): the test's own body holds the event loop on purpose; "
-                   "the loop-responsiveness guard does not measure it")
+        "markers", (f"{_MARKER}(reason): the test's own body holds the event loop on purpose; "
+                    "the loop-responsiveness guard does not measure it"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -309,12 +309,12 @@ def _no_blocking_call_from_aionative() -> Iterator[None]:
     finally:
         detector.deactivate()
     if _flagged:
-        lines = [f"aionative made {len(_flagged)} blocking call(s) on the event loop's thread "
-                 "(blockbuster, scanning aionative):"]
+        lines = [(f"aionative made {len(_flagged)} blocking call(s) on the event loop's thread "
+                  "(blockbuster, scanning aionative):")]
         for func, stack in _flagged[:3]:
             ours = [f for f in stack if f.filename.startswith(_PACKAGE)]
-            where = f" from {Path(ours[-1].filename).name}:{ours[-1].lineno} in " \
-                    f"{ours[-1].name}()" if ours else ""
+            where = (f" from {Path(ours[-1].filename).name}:{ours[-1].lineno} in "
+                     f"{ours[-1].name}()") if ours else ""
             lines.append(f"- {func}{where}")
             lines += ["    " + s.rstrip("\n").replace("\n", "\n    ")
                       for s in traceback.format_list(stack[-8:])]

@@ -83,7 +83,7 @@ async def _create_named(directory: Any, suffix: Any, prefix: Any, mode: str
         # mkstemp returns abspath(name), which asks getcwd(2) for a relative one: asked in a
         # worker thread, so that nothing on the loop's thread calls into the kernel for it.
         cwd = await _k._in_thread(os.getcwdb if output_type is bytes else os.getcwd)
-        directory = os.path.join(cwd, directory)
+        directory = os.path.join(cwd, directory)  # type: ignore[call-overload]
     for _ in range(_tempfile.TMP_MAX):
         name = os.path.join(directory, prefix + next(names) + suffix)
         try:
