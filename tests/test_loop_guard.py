@@ -15,6 +15,7 @@ HERE = Path(__file__).resolve().parent
 
 PROBE = '''
 import asyncio, time
+import pytest
 import aionative
 
 pytestmark = pytest.mark.asyncio
@@ -83,4 +84,5 @@ def test_the_guards_fail_a_test_that_holds_its_loop_and_name_what_did(tmp_path: 
 def test_the_responsiveness_guard_turns_off(tmp_path: Path) -> None:
     out = _run_probe(tmp_path, AIONATIVE_LOOP_GUARD="0")
     assert "held the event loop" not in out, out
+    assert "6 passed" in out, out  # (the holding, exempt and yielding tests, on both loops)
     assert "FAILED tests/test_probe.py::test_holds_the_loop[" not in out, out
