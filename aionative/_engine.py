@@ -82,7 +82,18 @@ async def _watch_loop(entry: _Entry) -> AsyncGenerator[None, None]:
         yield
     finally:
         _forget(entry)
-        _retire(entry, entry.loop_ref())
+        loop = entry.loop_ref()
+        eng = entry.engine
+        if (isinstance(eng, ThreadsEngine) and not eng.closed and loop is not None
+                and asyncio._get_running_loop() is loop):
+            # Its close() waits for the calls its workers are in (a descriptor one of them
+            # uses must not be closed under it): that wait is a thread's, not the loop's.
+            try:
+                await loop.run_in_executor(None, eng.close)
+            except RuntimeError:  # the default executor is shut down already
+                eng.close()
+        else:
+            _retire(entry, loop)
 
 
 def _start_watch(entry: _Entry) -> None:

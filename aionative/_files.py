@@ -1444,11 +1444,16 @@ class _BinaryBase(AsyncBase[bytes]):
             if gate.room <= 0:
                 gate.room = -1  # spent by fast reads: the next read cedes first
             gate.budget = 0
+            raw = self._raw
+            assert raw is not None  # (a gate with room is a window's)
+            raw.in_op = True  # (served from memory: see WindowRaw.fileno)
             try:
                 return gate.read(size)  # type: ignore[no-any-return]
             except BaseException:
                 gate.room = 0
                 raise
+            finally:
+                raw.in_op = False
         lazy = self._lazy
         if lazy is not None:
             if (size is None or type(size) is int and size == -1) and not self._busy:

@@ -177,18 +177,26 @@ async def refused_queue(eng: Any, method: str, *args: Any) -> Any:
         raise
 
 
-def _refuse_null(builtin: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    """Raise the builtin's own ValueError when a path argument holds a null character.
-
-    ``os`` checks its arguments before any system call, so calling the builtin with such a
-    path raises at once, in the running Python's words (3.13 and 3.12's bytes paths name the
-    function and the argument: "stat: embedded null character in path")."""
+def _null_in(*args: Any) -> bool:
+    """Whether a path argument holds a null character (``_refuse_null`` then raises)."""
     for a in args:
         if isinstance(a, (str, bytes, os.PathLike)):
             p = os.fspath(a)
             if ("\0" if isinstance(p, str) else b"\0") in p:
-                builtin(*args, **kwargs)
-                raise ValueError("embedded null byte")  # (the builtin raised already)
+                return True
+    return False
+
+
+async def _refuse_null(builtin: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Raise the builtin's own ValueError for a path argument that holds a null character.
+
+    ``os`` checks its arguments before any system call, so calling the builtin with such a
+    path raises at once, in the running Python's words (3.13 and 3.12's bytes paths name the
+    function and the argument: "stat: embedded null character in path"). It is called in a
+    worker thread all the same: on the loop's thread a blocking-call detector (blockbuster
+    wraps ``os.stat``, ``os.rename``, ...) cannot know that it never reaches the kernel."""
+    await _in_thread(builtin, *args, **kwargs)
+    raise ValueError("embedded null byte")  # (the builtin raised already)
 
 
 def _dirfd(dir_fd: int | None) -> int:
@@ -214,7 +222,8 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
 
     A path whose every component is in the dentry cache is opened inside the call (no kernel
     round trip), within the loop's cooperative budget; native backends only."""
-    _refuse_null(os.open, path, flags, mode, dir_fd=dir_fd)
+    if _null_in(path):
+        await _refuse_null(os.open, path, flags, mode, dir_fd=dir_fd)
     cur = get_engine()
     if not isinstance(cur, ThreadsEngine):
         res = cur.open_cached(_dirfd(dir_fd), os.fsencode(path), flags)
@@ -296,7 +305,8 @@ async def stat(path: StrPath | int, *, dir_fd: int | None = None,
         if path > 0 and not follow_symlinks:  # (os.stat lets descriptor 0 through)
             raise ValueError("stat: cannot use fd and follow_symlinks together")
         return await _fstat(eng, path, path)
-    _refuse_null(os.stat, path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+    if _null_in(path):
+        await _refuse_null(os.stat, path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
     flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
     fut = eng.statx(_dirfd(dir_fd), os.fsencode(path), flags,
                     _STATX_BASIC_STATS, os.fspath(path))
@@ -325,7 +335,8 @@ async def unlink(path: StrPath, *, dir_fd: int | None = None) -> None:
     eng = _native("unlinkat")
     if eng is None:
         return await _in_thread(os.unlink, path, dir_fd=dir_fd)
-    _refuse_null(os.unlink, path, dir_fd=dir_fd)
+    if _null_in(path):
+        await _refuse_null(os.unlink, path, dir_fd=dir_fd)
     await await_op(eng, eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), 0, os.fspath(path)))
 
 
@@ -334,7 +345,8 @@ async def rmdir(path: StrPath, *, dir_fd: int | None = None) -> None:
     eng = _native("unlinkat")
     if eng is None:
         return await _in_thread(os.rmdir, path, dir_fd=dir_fd)
-    _refuse_null(os.rmdir, path, dir_fd=dir_fd)
+    if _null_in(path):
+        await _refuse_null(os.rmdir, path, dir_fd=dir_fd)
     fut = eng.unlinkat(_dirfd(dir_fd), os.fsencode(path), _AT_REMOVEDIR, os.fspath(path))
     await await_op(eng, fut)
 
@@ -344,7 +356,8 @@ async def mkdir(path: StrPath, mode: int = 0o777, *, dir_fd: int | None = None) 
     eng = _native("mkdirat")
     if eng is None:
         return await _in_thread(os.mkdir, path, mode, dir_fd=dir_fd)
-    _refuse_null(os.mkdir, path, mode, dir_fd=dir_fd)
+    if _null_in(path):
+        await _refuse_null(os.mkdir, path, mode, dir_fd=dir_fd)
     await await_op(eng, eng.mkdirat(_dirfd(dir_fd), os.fsencode(path), mode, os.fspath(path)))
 
 
@@ -355,7 +368,8 @@ async def rename(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
     if eng is None:
         return await _in_thread(os.rename, src, dst, src_dir_fd=src_dir_fd,
                                 dst_dir_fd=dst_dir_fd)
-    _refuse_null(os.rename, src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    if _null_in(src, dst):
+        await _refuse_null(os.rename, src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
     fut = eng.renameat(_dirfd(src_dir_fd), os.fsencode(src),
                        _dirfd(dst_dir_fd), os.fsencode(dst), 0, os.fspath(src), os.fspath(dst))
     await await_op(eng, fut)
@@ -371,8 +385,9 @@ async def link(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
     if eng is None:
         return await _in_thread(os.link, src, dst, src_dir_fd=src_dir_fd,
                                 dst_dir_fd=dst_dir_fd, follow_symlinks=follow_symlinks)
-    _refuse_null(os.link, src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd,
-                 follow_symlinks=follow_symlinks)
+    if _null_in(src, dst):
+        await _refuse_null(os.link, src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd,
+                           follow_symlinks=follow_symlinks)
     # os.link calls link(2), which does not follow a symbolic link, unless a directory
     # descriptor makes it linkat(2) (or follow_symlinks=False asks for it).
     dir_fds = src_dir_fd is not None or dst_dir_fd is not None
@@ -389,7 +404,8 @@ async def symlink(src: StrPath, dst: StrPath, target_is_directory: bool = False,
     eng = _native("symlinkat")
     if eng is None:
         return await _in_thread(os.symlink, src, dst, target_is_directory, dir_fd=dir_fd)
-    _refuse_null(os.symlink, src, dst, target_is_directory, dir_fd=dir_fd)
+    if _null_in(src, dst):
+        await _refuse_null(os.symlink, src, dst, target_is_directory, dir_fd=dir_fd)
     fut = eng.symlinkat(os.fsencode(src), _dirfd(dir_fd), os.fsencode(dst),
                         os.fspath(src), os.fspath(dst))
     await await_op(eng, fut)

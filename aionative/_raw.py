@@ -560,6 +560,15 @@ class WindowRaw(io.RawIOBase):
 
     def fileno(self) -> int:
         self._check()
+        if self.in_op and self.blocking_reader is None:
+            # A call served from the window on the loop's thread (AsyncBase._run): nothing in
+            # it reads or writes the descriptor (a miss returns None, a write is staged; the
+            # async layer does the I/O). Blocking-call detectors (blockbuster) wrap
+            # BufferedReader.read, TextIOWrapper.write, ... and let a call through on a
+            # loop's thread when the file has no descriptor to block on: while such a call
+            # runs, none is given out. The async file's fileno() and every call outside an
+            # operation (a worker thread's has a blocking reader) see the descriptor.
+            raise io.UnsupportedOperation("served from memory: no descriptor in use")
         return self._fd
 
     # FileIO converts its arguments before it checks closed and mode: so do read, readinto,

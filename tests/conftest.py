@@ -6,6 +6,9 @@
   a backend this machine lacks is skipped, not failed.
 * After every test, the engine's process-wide counters must be back where they started: no
   live operation, no pinned buffer, nothing left with the kernel.
+* Every test runs under the loop guards of ``_loop_guard.py``: a ticker fails an async test
+  that held its loop longer than a bound, and blockbuster fails one in which aionative made a
+  blocking call on the loop's thread.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ _import_installed_aionative()
 import aionative
 from aionative import _backend, _kernelops
 
+from . import _loop_guard
+
 if (sys.platform.startswith("linux") and _backend._core is None
         and os.environ.get("AIONATIVE_ALLOW_NO_EXTENSION") != "1"):
     # Every native test would skip as "backend unavailable": on Linux that is a broken build
@@ -57,6 +62,13 @@ if (sys.platform.startswith("linux") and _backend._core is None
     raise ImportError(f"aionative imported from {aionative.__file__} without its C engine "
                       f"({_backend._CORE_ERROR}); build it (make build) or install the wheel, "
                       "or set AIONATIVE_ALLOW_NO_EXTENSION=1 to test the threads backend alone")
+
+from ._loop_guard import (  # noqa: F401 (the plugin's hooks and fixture, registered here)
+    _no_blocking_call_from_aionative,
+    guard_loop,
+    pytest_configure,
+    pytest_runtest_call,
+)
 
 try:
     import uvloop
@@ -175,8 +187,11 @@ def native_backend(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(params=list(LOOP_FACTORIES))
 def loop(request: pytest.FixtureRequest) -> Iterator[asyncio.AbstractEventLoop]:
     """A new loop of each kind, for synchronous tests that drive it themselves (hypothesis
-    tests: one loop for all of a test's examples); async generators shut down, then closed."""
+    tests: one loop for all of a test's examples); async generators shut down, then closed.
+    Each coroutine its ``run_until_complete`` runs is under the loop guard."""
     lp = LOOP_FACTORIES[request.param]()
+    if not _loop_guard.is_exempt(request.node) and _loop_guard.ENABLED:
+        guard_loop(lp, "the coroutine run_until_complete ran", request.node)
     yield lp
     lp.run_until_complete(lp.shutdown_asyncgens())
     lp.close()

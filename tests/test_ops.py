@@ -67,6 +67,7 @@ async def test_fsync_fdatasync(tmp_path: Path, fd_of: Callable[..., int]) -> Non
     assert os.pread(fd, 7, 0) == b"durable"
 
 
+@pytest.mark.blocks_the_loop("makes and compares 64 MiB synchronously in its body")
 async def test_64mib_operations(tmp_path: Path, fd_of: Callable[..., int]) -> None:
     data = os.urandom(64 << 20)
     fd = fd_of(tmp_path / "big", os.O_RDWR | os.O_CREAT)
@@ -77,6 +78,7 @@ async def test_64mib_operations(tmp_path: Path, fd_of: Callable[..., int]) -> No
     assert await aionative.preadinto(fd, buf, 0) == len(data) and buf == data
 
 
+@pytest.mark.blocks_the_loop("gathers 10 000 coroutines: asyncio makes their tasks in one step")
 async def test_10k_concurrent_operations_over_several_files(tmp_path: Path,
                                                             fd_of: Callable[..., int]) -> None:
     files = []
@@ -208,6 +210,7 @@ async def test_pipe_positional_read(backend: str) -> None:
         os.close(w)
 
 
+@pytest.mark.blocks_the_loop("gathers 3 000 writes: asyncio makes their tasks in one step")
 async def test_more_writes_than_the_ring_holds(tmp_path: Path, fd_of: Callable[..., int]) -> None:
     """Buffered writes complete through kernel workers (io_uring) in bursts larger than the
     engine's capacity: every completion must wake the loop (regression: a stale 'completion
@@ -220,6 +223,7 @@ async def test_more_writes_than_the_ring_holds(tmp_path: Path, fd_of: Callable[.
     assert os.pread(fd, 3000 * 512, 0) == b"".join(chunks)
 
 
+@pytest.mark.blocks_the_loop("fills and checks a 2 GiB buffer synchronously in its body")
 async def test_operations_larger_than_the_kernel_limit_are_split(
         tmp_path: Path, fd_of: Callable[..., int], backend: str) -> None:
     """read/write of more than MAX_RW_COUNT (0x7ffff000) bytes in one call: os.pread would stop

@@ -79,13 +79,18 @@ async def _create_named(directory: Any, suffix: Any, prefix: Any, mode: str
     names = _tempfile._get_candidate_names()  # type: ignore[attr-defined]
     if output_type is bytes:
         names = map(os.fsencode, names)
+    if not os.path.isabs(directory):
+        # mkstemp returns abspath(name), which asks getcwd(2) for a relative one: asked in a
+        # worker thread, so that nothing on the loop's thread calls into the kernel for it.
+        cwd = await _k._in_thread(os.getcwdb if output_type is bytes else os.getcwd)
+        directory = os.path.join(cwd, directory)  # type: ignore[call-overload]
     for _ in range(_tempfile.TMP_MAX):
         name = os.path.join(directory, prefix + next(names) + suffix)
         try:
             fd = await _k.open_fd(name, _flags(mode) | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
-        return fd, os.path.abspath(name)
+        return fd, os.path.normpath(name)  # abspath(name): the directory is absolute
     raise FileExistsError(17, "No usable temporary file name found")
 
 

@@ -1,0 +1,322 @@
+"""The suite's loop guards, active in every run (``make test``, CI) unless turned off:
+
+* **Responsiveness**: beside every async test (and every coroutine a ``loop`` fixture's
+  ``run_until_complete`` runs), a ticker runs on the test's loop every millisecond. The gap
+  between two ticks is the loop thread's CPU time (``time.thread_time``) less the cyclic
+  collector's pauses on that thread: the work the loop did without running anything else. A
+  test whose longest gap passes ``BOUND`` fails, naming what held the loop: a watchdog thread
+  samples the loop thread's stack once a gap passes the bound, and the message names the
+  innermost aionative frame of the sample.
+* **Blocking calls**: ``blockbuster`` (as Starlette and anyio use it) wraps the blocking entry
+  points of os, io, socket, time and threading for the length of every test, scanning
+  aionative: a wrapped call made on a thread that runs a loop, with an aionative frame on the
+  stack, is an error. A user's detector must never flag aionative, so every such call fails the
+  test, even one aionative caught and recovered from.
+
+``@pytest.mark.blocks_the_loop(reason)`` exempts a test whose own body holds the loop on
+purpose (fault injection, a demonstration of a blocked loop); the reason is required.
+``AIONATIVE_LOOP_GUARD=0`` turns the responsiveness guard off (to debug a test in a debugger,
+say); ``AIONATIVE_LOOP_GUARD_MS`` sets another bound.
+
+Why the gap is CPU time, not wall time: on a shared machine the scheduler keeps a runnable
+thread off the CPU for 10-20 ms now and then, whatever the thread runs; CPU time counts only
+what the loop's thread did. A call that blocks in the kernel (a read of a cold file on the
+loop's thread) costs little CPU: that is the blocking-call detector's to catch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import gc
+import inspect
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from blockbuster import BlockBuster
+from blockbuster import blockbuster as _bb_module
+
+import aionative
+
+T = TypeVar("T")
+
+# The bound. A gap is the CPU time between two ticks a millisecond apart: up to that much
+# legitimate work of short iterations, plus the longest iteration in it. On this machine (2
+# vCPUs, shared) a tight loop of reads served from the window (read(1), async for) yields a turn
+# at each spent iteration budget, and the gaps it leaves are 1-3 ms, now and then 5-8 ms (a
+# window fetched and copied inline, the engine reaping a batch). 10 ms stays clear of those and
+# far under what a call that does not yield holds the loop for: 20 ms (async for over a 16 MiB
+# file) to over 100 ms (read(1)), tests/test_responsiveness.py. A collector pause is not
+# counted (gc.callbacks): a full collection of the test process's heap stops any loop for 15 ms
+# and more on 3.12, whatever code runs. Under the sanitizers (`make asan` preloads libasan and
+# runs with PYTHONMALLOC=malloc) every allocation and C call is several times slower: the bound
+# is four times longer there.
+_SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "") or "ASAN_OPTIONS" in os.environ
+BOUND = float(os.environ.get("AIONATIVE_LOOP_GUARD_MS") or (40 if _SANITIZED else 10)) / 1000
+INTERVAL = 0.001  # the ticker's period: a gap also holds up to this much legitimate work
+ENABLED = os.environ.get("AIONATIVE_LOOP_GUARD", "1") != "0"
+
+_PACKAGE = str(Path(aionative.__file__).resolve().parent) + os.sep
+_MARKER = "blocks_the_loop"
+
+
+class _Guard:
+    """A ticker on the running loop, and the longest gap between its ticks."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.thread = threading.get_ident()
+        self.clock = time.pthread_getcpuclockid(self.thread)
+        self.last = time.thread_time()
+        self.last_wall = time.monotonic()
+        self.in_gc_since: float | None = None
+        self.gc_time = 0.0
+        self.gap = 0  # the number of the gap under way, for the watchdog's samples
+        self.sample: tuple[int, list[traceback.FrameSummary]] | None = None
+        self.worst = 0.0
+        self.worst_wall = 0.0
+        self.worst_stack: list[traceback.FrameSummary] | None = None
+        self.ticks = 0
+        self.handle: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        gc.callbacks.append(self._on_gc)
+        self.handle = self.loop.call_later(INTERVAL, self._tick)
+        _watchdog.watch(self)
+
+    def stop(self) -> None:
+        _watchdog.unwatch(self)
+        if self.handle is not None:
+            self.handle.cancel()
+        self._close_gap()
+        gc.callbacks.remove(self._on_gc)
+
+    def held(self) -> float:
+        """The loop thread's CPU time in the gap under way, collector pauses left out (read
+        from the watchdog's thread)."""
+        busy = time.clock_gettime(self.clock) - self.last - self.gc_time
+        return 0.0 if self.in_gc_since is not None else busy
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if threading.get_ident() != self.thread:
+            return
+        now = time.thread_time()
+        if phase == "start":
+            self.in_gc_since = now
+        elif self.in_gc_since is not None:
+            self.gc_time += now - self.in_gc_since
+            self.in_gc_since = None
+
+    def _close_gap(self) -> None:
+        now, wall = time.thread_time(), time.monotonic()
+        held = now - self.last - self.gc_time
+        if held > self.worst:
+            sample = self.sample
+            self.worst = held
+            self.worst_wall = wall - self.last_wall
+            self.worst_stack = sample[1] if sample is not None and sample[0] == self.gap else None
+        self.last, self.last_wall, self.gc_time = now, wall, 0.0
+        if self.in_gc_since is not None:
+            self.in_gc_since = now
+        self.gap += 1
+
+    def _tick(self) -> None:
+        self.ticks += 1
+        self._close_gap()
+        self.handle = self.loop.call_later(INTERVAL, self._tick)
+
+    def report(self, what: str) -> str | None:
+        if self.worst <= BOUND:
+            return None
+        lines = [(f"{what} held the event loop for {self.worst * 1e3:.1f} ms of the loop "
+                  f"thread's CPU time ({self.worst_wall * 1e3:.1f} ms wall) without letting the "
+                  f"ticker run; the bound is {BOUND * 1e3:g} ms (tests/_loop_guard.py). Mark a "
+                  f"test that blocks on purpose @pytest.mark.{_MARKER}(reason).")]
+        if self.worst_stack:
+            ours = [f for f in self.worst_stack if f.filename.startswith(_PACKAGE)]
+            if ours:
+                f = ours[-1]
+                lines.append(f"aionative was running {Path(f.filename).name}:{f.lineno} "
+                             f"in {f.name}()")
+            lines.append("the loop thread's stack, sampled while it held the loop:")
+            lines += [s.rstrip("\n") for s in traceback.format_list(self.worst_stack[-12:])]
+        else:
+            lines.append("(no stack sample: the hold was shorter than the watchdog's poll, or "
+                         "held the GIL throughout)")
+        return "\n".join(lines)
+
+
+class _Watchdog:
+    """One thread for the session: while a guard is active, it polls the loop thread's CPU
+    clock and samples its stack once a gap passes the bound (what held the loop)."""
+
+    def __init__(self) -> None:
+        self.guard: _Guard | None = None
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def watch(self, guard: _Guard) -> None:
+        self.guard = guard
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="loop-guard-watchdog",
+                                           daemon=True)
+            self.thread.start()
+        self.wake.set()
+
+    def unwatch(self, guard: _Guard) -> None:
+        if self.guard is guard:
+            self.guard = None
+
+    def _run(self) -> None:
+        while True:
+            guard = self.guard
+            if guard is None:
+                self.wake.wait()
+                self.wake.clear()
+                continue
+            time.sleep(BOUND / 3)
+            gap = guard.gap
+            sample = guard.sample
+            if (sample is not None and sample[0] == gap) or guard.held() <= BOUND:
+                continue
+            frame = sys._current_frames().get(guard.thread)
+            if frame is None:
+                continue
+            # The source lines are looked up when the report is written: reading them here
+            # would give the GIL back to the loop's thread at each file, and the hold would
+            # be over before the sample is.
+            stack = traceback.StackSummary.extract(traceback.walk_stack(frame),
+                                                   lookup_lines=False)
+            stack.reverse()
+            if guard.gap == gap:
+                guard.sample = (gap, list(stack))
+
+
+_watchdog = _Watchdog()
+
+
+def _guarded(fn: Callable[..., Coroutine[Any, Any, T]], what: str,
+             item: pytest.Item | None = None) -> Callable[..., Coroutine[Any, Any, T]]:
+    @functools.wraps(fn)
+    async def guarded(*args: Any, **kwargs: Any) -> T:
+        guard = _Guard(asyncio.get_running_loop())
+        guard.start()
+        try:
+            result = await fn(*args, **kwargs)
+        finally:
+            guard.stop()
+            if item is not None:  # the longest hold, in a junit XML report's properties
+                item.user_properties.append(("loop_held_ms", round(guard.worst * 1e3, 2)))
+        message = guard.report(what)
+        if message is not None:
+            pytest.fail(message, pytrace=False)
+        return result
+
+    return guarded
+
+
+def guard_loop(loop: asyncio.AbstractEventLoop, what: str, item: pytest.Item) -> None:
+    """Guard every coroutine ``loop.run_until_complete`` runs (a synchronous test that drives
+    its own loop)."""
+    run = loop.run_until_complete
+
+    def run_until_complete(future: Any) -> Any:
+        if inspect.iscoroutine(future):
+            async def body() -> Any:
+                return await future
+            future = _guarded(body, what, item)()
+        return run(future)
+
+    loop.run_until_complete = run_until_complete  # type: ignore[method-assign]
+
+
+def is_exempt(item: pytest.Item) -> bool:
+    marker = item.get_closest_marker(_MARKER)
+    if marker is None:
+        return False
+    if not (marker.args and isinstance(marker.args[0], str) and marker.args[0].strip()):
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.{_MARKER} needs a reason")
+    return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", (f"{_MARKER}(reason): the test's own body holds the event loop on purpose; "
+                    "the loop-responsiveness guard does not measure it"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Run an async test's coroutine under a guard: pytest-asyncio runs ``item.obj`` on the
+    test's loop, so the guard wraps it (inside the one ``run_until_complete``: no work of
+    pytest's between the ticks)."""
+    fn = getattr(item, "obj", None)
+    if (not ENABLED or not isinstance(item, pytest.Function) or is_exempt(item)
+            or item.get_closest_marker("asyncio") is None
+            or not inspect.iscoroutinefunction(fn)):
+        return (yield)
+    item.obj = _guarded(fn, "the test", item)
+    try:
+        return (yield)
+    finally:
+        item.obj = fn
+
+
+# --- the blocking-call detector -------------------------------------------------------------
+
+_flagged: list[tuple[str, list[traceback.FrameSummary]]] = []
+
+
+class _RecordedBlockingError(_bb_module.BlockingError):
+    """blockbuster's error, recorded where it is raised: aionative might catch it (an
+    ``except Exception`` that falls back), and the test must fail all the same."""
+
+    def __init__(self, func: str) -> None:
+        super().__init__(func)
+        _flagged.append((func, traceback.extract_stack()[:-1]))
+
+
+_bb_module.BlockingError = _RecordedBlockingError  # the name blockbuster's wrappers raise
+
+
+@functools.cache
+def _detector() -> BlockBuster:
+    """A detector scanning aionative, as a user's ``blockbuster_ctx()`` would see it: a
+    wrapped call with an aionative frame on the stack, made on a thread that runs a loop."""
+    bb = BlockBuster(scanned_modules=[aionative])
+    # The suite's own fault injection, patched into aionative's call paths, blocks on
+    # purpose (it stands for a busy loop iteration).
+    bb.functions["time.sleep"].can_block_in("tests/conftest.py", "turn_then_spend")
+    return bb
+
+
+@pytest.fixture(autouse=True)
+def _no_blocking_call_from_aionative() -> Iterator[None]:
+    """blockbuster active for the test, its fixtures' set-up and their teardown: nothing
+    aionative does on a loop's thread may call a blocking entry point."""
+    detector = _detector()
+    del _flagged[:]
+    detector.activate()
+    try:
+        yield
+    finally:
+        detector.deactivate()
+    if _flagged:
+        lines = [(f"aionative made {len(_flagged)} blocking call(s) on the event loop's thread "
+                  "(blockbuster, scanning aionative):")]
+        for func, stack in _flagged[:3]:
+            ours = [f for f in stack if f.filename.startswith(_PACKAGE)]
+            where = (f" from {Path(ours[-1].filename).name}:{ours[-1].lineno} in "
+                     f"{ours[-1].name}()") if ours else ""
+            lines.append(f"- {func}{where}")
+            lines += ["    " + s.rstrip("\n").replace("\n", "\n    ")
+                      for s in traceback.format_list(stack[-8:])]
+        del _flagged[:]
+        pytest.fail("\n".join(lines), pytrace=False)
