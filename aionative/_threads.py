@@ -174,6 +174,16 @@ def _abandon(eng: Any, op: asyncio.Future[Any], fut: asyncio.Future[Any]) -> Non
             eng.cancel(op)
 
 
+def _release_if_cancelled(args: tuple[Any, ...], fut: Any) -> None:
+    """Work that will never run (cancelled before it started) lets go of the caller's
+    buffers at once. (A view a running retry made of them is its own: releasing these leaves
+    the caller's buffer exported until that one ends.)"""
+    if fut.cancelled():
+        for a in args:
+            if isinstance(a, memoryview):
+                a.release()
+
+
 @types.coroutine
 def one_turn() -> Generator[None, None, None]:
     """A bare yield: the task runs again on the loop's next iteration, after everything that
@@ -318,6 +328,9 @@ class ThreadsEngine:
         fut = asyncio.wrap_future(work, loop=loop)
         self._work[fut] = work
         work.add_done_callback(lambda _: self._work.pop(fut, None))  # (in the worker)
+        # Work cancelled before a worker took it never runs, but the pool's queue keeps it,
+        # with the view of the caller's buffer, until a worker gets to it: let go of it now.
+        work.add_done_callback(functools.partial(_release_if_cancelled, args))
         self._live.add(fut)
         self._stats["submitted"] += 1
         fut.add_done_callback(self._done)
@@ -431,6 +444,7 @@ class ThreadsEngine:
             raise RuntimeError("aionative: engine is closed")
         fut: asyncio.Future[Any] = loop.create_future()
         self._deferred.append((fut, method, args))
+        fut.add_done_callback(functools.partial(_release_if_cancelled, args))
         if not self._drain_queued:
             self._drain_queued = True
             loop.call_soon(self._drain)
@@ -500,6 +514,10 @@ class ThreadsEngine:
         if not isinstance(res, asyncio.Future):
             fut.set_result(res)
             return
+        work = self._work.get(res)
+        if work is not None:  # a cancelled caller waits for the worker (cancel_wait)
+            self._work[fut] = work
+            work.add_done_callback(lambda _: self._work.pop(fut, None))
 
         def relay(done: asyncio.Future[Any]) -> None:
             if fut.done():  # its caller is gone: nobody will look at the outcome
@@ -519,14 +537,7 @@ class ThreadsEngine:
         fd, offset = index(fd), index(offset)
         if not (0 <= fd < 1 << 31 and 0 <= offset < 1 << 63):
             fd, offset = _fd_offset(fd, offset)
-        view = _view(buffer, True)
-        fut = self._submit(_preadinto, fd, view, offset)
-        # A call cancelled before a worker took it never runs, but the pool's queue keeps it
-        # (and its view) until a worker gets to it: the caller's buffer is let go now.
-        work = self._work.get(fut)  # (None: done already)
-        if work is not None:
-            work.add_done_callback(lambda w: view.release() if w.cancelled() else None)
-        return fut
+        return self._submit(_preadinto, fd, _view(buffer, True), offset)
 
     def pwrite(self, fd: int, data: Any, offset: int) -> asyncio.Future[int]:
         fd, offset = index(fd), index(offset)

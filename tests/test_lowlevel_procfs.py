@@ -88,9 +88,6 @@ async def test_a_cancelled_preadinto_of_a_procfs_file_lets_go_of_the_buffer(
         procfs_fd: int, backend: str) -> None:
     """The call ends, cancelled, once nothing reads into the caller's buffer any more: the
     bytearray can be resized right after."""
-    if backend == "threads":
-        pytest.skip("the threads engine's worker may still hold its view of the buffer for a "
-                    "moment after the cancelled call ends (its work item outlives the result)")
     for turns in range(4):
         buf = bytearray(4096)
         task = asyncio.ensure_future(aionative.preadinto(procfs_fd, buf, 0))

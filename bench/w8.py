@@ -1,0 +1,256 @@
+"""W8: ten large files written at once, one ``write()`` each, alone and beside CPU work.
+
+What asyncio users try first when they ask whether async makes file I/O faster: ten tasks,
+gathered, each ``async with open(path_i, "wb") as f: await f.write(data)`` — ten files of
+256 MiB (64 MiB in the quick profile) from one payload — and the same writes gathered with three
+tasks that each sum ``range(10**7)`` in pure Python, hoping the writes overlap the computation.
+``W8`` writes in the data directory (ext4 here), ``W8-tmpfs`` on a tmpfs.
+
+A cell runs ``ROUNDS`` rounds (5; 3 in the quick profile); each round deletes the files (and, on a disk, ``sync``s, so no
+round inherits another's dirty pages: untimed), then times the writes alone, then the writes
+with the sums. The figures are the medians of the rounds:
+
+- ``pass_s``: the writes alone, wall time (``ops_per_s``: files a second; ``mb_per_s``);
+- ``cpu_pass_s``: the writes with the sums; ``sums_s``: the three sums alone, the same way;
+- ``lag_p99_ms`` (p50, max): a 1 ms ticker on the same loop during the writes alone;
+- ``peak_rss_mib``: the process's peak resident memory during the writes (Linux ``VmHWM``,
+  reset first), beside ``data_mib``, the payload the caller holds.
+
+Systems (each cell in its own worker process):
+
+- ``aionative-<backend>-<loop>``: ``aionative.open``;
+- ``aiofiles-<loop>`` / ``anyio-<loop>``: ``aiofiles.open`` / ``anyio.open_file`` (a worker
+  thread each call);
+- ``sync``: the builtin, the files one after the other, then the sums, on one thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    JSONDict,
+    PrepareConfig,
+    Skip,
+    System,
+    Timing,
+    Variant,
+    Workload,
+    import_aionative,
+    loop_factory,
+    native_systems,
+    size_label,
+)
+from bench.meter import LagProbe, lag_fields
+
+FILES = 10
+FILE_SIZE = 256 << 20
+QUICK_FILE_SIZE = 64 << 20
+ROUNDS = 5        # rounds a cell; 3 with smaller files (the quick profile)
+SUMS, SUM_TO = 3, 10**7
+KINDS = ("sync", "aionative", "aiofiles", "anyio")
+
+
+def cpu_work() -> int:
+    """One of the sums: pure Python, holds the GIL throughout."""
+    total = 0
+    for i in range(SUM_TO):
+        total += i
+    return total
+
+
+def _status_mib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def _reset_peak() -> None:
+    """Start the peak (VmHWM) again from the current resident size (Linux 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _fresh(paths: list[str], disk: bool) -> None:
+    """Untimed: no files from the last round, and (on a disk) no dirty pages left."""
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+    if disk:
+        os.sync()
+
+
+def _check(paths: list[str], size: int) -> None:
+    for p in paths:
+        if os.stat(p).st_size != size:
+            raise RuntimeError(f"{p}: {os.stat(p).st_size} bytes written, expected {size}")
+
+
+def _opener(system: System) -> Callable[[str], Any]:
+    """The async ``open(path, "wb")`` of a system."""
+    if system.kind == "aionative":
+        mod = import_aionative()
+        if system.backend not in mod.available_backends():
+            raise Skip(f"aionative backend {system.backend} not available here")
+        return lambda p: mod.open(p, "wb")
+    if system.kind == "aiofiles":
+        try:
+            import aiofiles  # type: ignore[import-untyped,unused-ignore]
+        except ImportError as exc:
+            raise Skip(f"aiofiles not importable: {exc}") from exc
+        return lambda p: aiofiles.open(p, "wb")
+    if system.kind == "anyio":
+        try:
+            import anyio
+        except ImportError as exc:
+            raise Skip(f"anyio not importable: {exc}") from exc
+        return lambda p: anyio.open_file(p, "wb")
+    raise ValueError(f"W8 has no system {system.name!r} (kinds: {', '.join(KINDS)})")
+
+
+async def _async_rounds(system: System, paths: list[str], data: bytes,
+                        disk: bool) -> JSONDict:
+    open_ = _opener(system)
+
+    async def one(path: str) -> None:
+        async with open_(path) as f:
+            await f.write(data)
+
+    async def sums() -> None:
+        await asyncio.sleep(0)  # the writes are made first, as their tasks were
+        cpu_work()
+
+    async def timed(jobs: Callable[[], list[Coroutine[Any, Any, None]]]) -> float:
+        t0 = time.perf_counter()
+        await asyncio.gather(*jobs())
+        return time.perf_counter() - t0
+
+    writes, with_cpu, alone, lags, peaks = [], [], [], [], []
+    await timed(lambda: [one(p) for p in paths[:1]])  # warm: the engine, the imports
+    for _ in range(_rounds(len(data))):
+        _fresh(paths, disk)
+        probe = LagProbe()
+        ticker = asyncio.create_task(probe.run())
+        await asyncio.sleep(0.01)
+        _reset_peak()
+        t0 = time.perf_counter()
+        writes.append(await timed(lambda: [one(p) for p in paths]))
+        peaks.append(_status_mib("VmHWM"))
+        probe.stop()
+        await ticker
+        lags.append(probe.summary(t0, t0 + writes[-1]))
+        _check(paths, len(data))
+        _fresh(paths, disk)
+        with_cpu.append(await timed(lambda: [one(p) for p in paths] +
+                                    [sums() for _ in range(SUMS)]))
+        _check(paths, len(data))
+        alone.append(await timed(lambda: [sums() for _ in range(SUMS)]))
+    _fresh(paths, disk)
+    result = _figures(writes, with_cpu, alone, peaks, len(data))
+    lag = max(lags, key=lambda s: s["p99_ms"] or 0.0)  # the worst round's
+    result |= lag_fields(lag) | {"lag_p99_ms": statistics.median(
+        s["p99_ms"] for s in lags if s["p99_ms"] is not None)}
+    if system.kind == "aionative":
+        mod = import_aionative()
+        info = dict(mod.backend_info())
+        if info.get("backend") != system.backend:
+            raise RuntimeError(f"asked for {system.backend}, engine reports {info}")
+        result["info"] = {"backend_info": info, "engine_stats": dict(mod.engine_stats())}
+    return result
+
+
+def _sync_rounds(paths: list[str], data: bytes, disk: bool) -> JSONDict:
+    def writes() -> None:
+        for p in paths:
+            with open(p, "wb") as f:
+                f.write(data)
+
+    def timed(fn: Callable[[], None]) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    w, c, s, peaks = [], [], [], []
+    for _ in range(_rounds(len(data))):
+        _fresh(paths, disk)
+        _reset_peak()
+        w.append(timed(writes))
+        peaks.append(_status_mib("VmHWM"))
+        _fresh(paths, disk)
+        c.append(timed(lambda: (writes(), [cpu_work() for _ in range(SUMS)])))  # type: ignore[func-returns-value]
+        s.append(timed(lambda: [cpu_work() for _ in range(SUMS)]))  # type: ignore[func-returns-value]
+    _fresh(paths, disk)
+    return _figures(w, c, s, peaks, len(data)) | {
+        "info": {"note": "builtin open(), the files one after the other, one thread"}}
+
+
+def _rounds(size: int) -> int:
+    return ROUNDS if size >= FILE_SIZE else 3
+
+
+def _figures(writes: list[float], with_cpu: list[float], alone: list[float],
+             peaks: list[float], size: int) -> JSONDict:
+    pass_s = statistics.median(writes)
+    return {"pass_s": pass_s, "ops_per_s": FILES / pass_s, "mb_per_s": FILES * size / pass_s / 1e6,
+            "cpu_pass_s": statistics.median(with_cpu), "sums_s": statistics.median(alone),
+            "peak_rss_mib": max(peaks), "data_mib": size / (1 << 20), "rounds": len(writes),
+            "writes_s": writes, "cpu_passes_s": with_cpu}
+
+
+def run_cell(system: System, readers: int, params: JSONDict, timing: Timing) -> JSONDict:
+    """Worker entry: ``ROUNDS`` rounds of the writes alone and beside the sums."""
+    paths = [str(Path(params["dir"]) / f"w8-{i}.bin") for i in range(FILES)]
+    data = os.urandom(params["file_size"])
+    disk = params["fs"] != "tmpfs"
+    if system.kind == "sync":
+        return _sync_rounds(paths, data, disk)
+    assert system.loop is not None
+    with asyncio.Runner(loop_factory=loop_factory(system.loop)) as runner:
+        return runner.run(_async_rounds(system, paths, data, disk))
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+def prepare(cfg: PrepareConfig) -> JSONDict:
+    size = cfg.file_size or FILE_SIZE
+    d = cfg.data_dir / "w8"
+    d.mkdir(parents=True, exist_ok=True)
+    from bench.harness import filesystem_of
+    return {"dir": str(d), "file_size": size, "fs": filesystem_of(d) or "?",
+            "data": f"{FILES} files × {size_label(size)}, one write() each"}
+
+
+def default_systems(probe: JSONDict) -> tuple[list[str], list[str]]:
+    systems, notes, loops = native_systems(probe)
+    for kind, ok in (("aiofiles", probe["aiofiles"]), ("anyio", probe["peers"]["anyio"])):
+        if ok["ok"]:
+            systems += [f"{kind}-{lp}" for lp in loops]
+        else:
+            notes.append(f"{kind}-* skipped: {ok['error']}")
+    return systems, notes
+
+
+WORKLOAD = Workload(
+    name="W8",
+    title="ten large files written at once (one write() each), alone and beside CPU work",
+    unit="files",
+    prepare=prepare,
+    default_systems=default_systems,
+    run_cell=run_cell,
+    concurrency=False,
+    filesystems=("tmpfs",),
+    variants={"quick": Variant(file_size=QUICK_FILE_SIZE,
+                               systems=("sync", "aionative-io_uring", "aionative-linux_aio",
+                                        "aionative-threads-asyncio", "aiofiles-asyncio"))},
+)
