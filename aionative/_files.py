@@ -499,6 +499,7 @@ class AsyncBase(Generic[S]):
                         # position at the write's end moves back to where the file stopped.
                         staged, self._unfinished_staged = self._unfinished_staged, []
                         self._after_failed_push(off, data, exc, staged, positional)
+                        _as_builtins(exc)
                     raise exc
             raw = self._raw
             if raw is not None and raw.appends_open():
@@ -836,6 +837,11 @@ class AsyncBase(Generic[S]):
                         raise short
                 except OSError as exc:
                     self._after_failed_push(off, data, exc, staged, positional)
+                    written = _as_builtins(exc)
+                    if written and self._file is raw and not positional and not staged:
+                        # An unbuffered file: FileIO.write returns what write(2) took (the
+                        # position is there now), and only a write that took nothing raises.
+                        raise _Short(written) from exc
                     raise
             if data is not None and raw.appending and off >= 0:
                 end = self._append_end()
@@ -1155,7 +1161,10 @@ class AsyncBase(Generic[S]):
             else:
                 self._dirty += 4 * n + 8
             if raw.staged:
-                await self._push()
+                try:
+                    await self._push()
+                except _Short as short:
+                    return short.written
             return int(n)
         except Exception:
             await self._push_after_error()
@@ -2082,6 +2091,25 @@ class AsyncTextIOWrapper(AsyncBase[str]):
 
 def _is_block(mode: int) -> bool:
     return stat.S_ISBLK(mode)
+
+
+def _as_builtins(exc: OSError) -> int:
+    """A file object's write error as the builtin's: FileIO's OSError says nothing of how
+    much was written (the engines' carries ``characters_written``; the file's position and
+    size already account for it). Returns that count (0: none)."""
+    try:
+        written = int(exc.characters_written)
+    except AttributeError:
+        return 0
+    del exc.characters_written
+    return written
+
+
+class _Short(Exception):
+    """An unbuffered file's write stopped after ``written`` bytes: its call returns that."""
+
+    def __init__(self, written: int) -> None:
+        self.written = written
 
 
 async def _until_done(fut: asyncio.Future[Any]) -> None:

@@ -13,6 +13,7 @@ import errno
 import fcntl
 import functools
 import os
+import sys
 import time
 import types
 import weakref
@@ -22,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from operator import index
 from typing import Any, TypeVar
 
-from ._compat import KERNEL_RW_MAX
+from ._compat import KERNEL_RW_MAX, WRITE_ASYNC_MIN, WRITER_NICE
 from ._raw import (
     bytes_like,
     c_int,
@@ -184,6 +185,19 @@ def _release_if_cancelled(args: tuple[Any, ...], fut: Any) -> None:
                 a.release()
 
 
+_WRITERS = 4  # as Linux AIO's KAIO_WRITERS
+
+
+def _lower_priority() -> None:
+    """A writer thread's start: WRITER_NICE nicer than the thread that started it (Linux nice
+    values are per thread; elsewhere the call would change the whole process's)."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + WRITER_NICE)
+        except OSError:
+            pass
+
+
 @types.coroutine
 def one_turn() -> Generator[None, None, None]:
     """A bare yield: the task runs again on the loop's next iteration, after everything that
@@ -201,10 +215,15 @@ class ThreadsEngine:
         self._pid = os.getpid()
         self._executor = ThreadPoolExecutor(max_workers or min(32, (os.cpu_count() or 1) + 4),
                                             thread_name_prefix="aionative-io")
+        # Writes of WRITE_ASYNC_MIN or more: threads of their own, at a lower weight than the
+        # loop's (Linux AIO's writer threads, csrc/kaio.c): copying them keeps every CPU busy,
+        # and the loop's thread, waking, would wait for one.
+        self._writers = ThreadPoolExecutor(_WRITERS, thread_name_prefix="aionative-write",
+                                           initializer=_lower_priority)
         self._closed = False
         self._stats = {"submitted": 0, "completed": 0, "cancels": 0, "inline_hits": 0,
                        "inline_misses": 0, "budget_exhausted": 0, "inline_retries": 0,
-                       "retries_refused": 0}
+                       "retries_refused": 0, "async_writes": 0}
         # Futures of work handed to a worker and not yet seen done: a future is done before its
         # done callbacks run (they are scheduled), so in_flight asks the futures themselves.
         self._live: set[asyncio.Future[Any]] = set()
@@ -320,11 +339,12 @@ class ThreadsEngine:
         self._live.discard(fut)
         self._stats["completed"] += 1
 
-    def _submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    def _submit(self, fn: Callable[..., T], *args: Any,
+                pool: ThreadPoolExecutor | None = None) -> asyncio.Future[T]:
         loop = self._loop_ref()
         if self._closed or loop is None:
             raise RuntimeError("aionative: engine is closed")
-        work = self._executor.submit(fn, *args)
+        work = (pool or self._executor).submit(fn, *args)
         fut = asyncio.wrap_future(work, loop=loop)
         self._work[fut] = work
         work.add_done_callback(lambda _: self._work.pop(fut, None))  # (in the worker)
@@ -543,7 +563,11 @@ class ThreadsEngine:
         fd, offset = index(fd), index(offset)
         if not (0 <= fd < 1 << 31 and 0 <= offset < 1 << 63):
             fd, offset = _fd_offset(fd, offset)
-        return self._submit(_pwrite, fd, _view(data, False), offset)
+        view = _view(data, False)
+        if view.nbytes >= WRITE_ASYNC_MIN:
+            self._stats["async_writes"] += 1
+            return self._submit(_pwrite, fd, view, offset, pool=self._writers)
+        return self._submit(_pwrite, fd, view, offset)
 
     def pwrite_direct(self, fd: int, data: Any, offset: int) -> asyncio.Future[int]:
         """An O_DIRECT write of whole blocks from aligned memory of the worker's own (see the
@@ -592,9 +616,11 @@ class ThreadsEngine:
         self._closed = True
         if not self.forked:
             self._executor.shutdown(wait=True)
+            self._writers.shutdown(wait=True)
 
     def stats(self) -> dict[str, int]:
         return {**self._stats, "in_flight": self.in_flight}
 
     def info(self) -> dict[str, object]:
-        return {"backend": "threads", "max_workers": self._executor._max_workers}
+        return {"backend": "threads", "max_workers": self._executor._max_workers,
+                "large_writes_from": WRITE_ASYNC_MIN, "writer_threads": len(self._writers._threads)}

@@ -62,7 +62,8 @@ from bench.harness import (
 from bench.report import render
 
 DEFAULT_READERS = (1, 8, 64, 256)
-DEFAULT_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5-tmpfs", "W5F", "W5F-tmpfs", "W6", "W7")
+DEFAULT_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5-tmpfs", "W5F", "W5F-tmpfs", "W6", "W7",
+                     "W8", "W8-tmpfs")
 TMPFS_DIR = Path("/dev/shm")
 PLOTS_DIR = REPO_ROOT / "docs" / "img"
 

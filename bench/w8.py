@@ -13,7 +13,7 @@ with the sums. The figures are the medians of the rounds:
 - ``pass_s``: the writes alone, wall time (``ops_per_s``: files a second; ``mb_per_s``);
 - ``cpu_pass_s``: the writes with the sums; ``sums_s``: the three sums alone, the same way;
 - ``lag_p99_ms`` (p50, max): a 1 ms ticker on the same loop during the writes alone;
-- ``peak_rss_mib``: the process's peak resident memory during the writes (Linux ``VmHWM``,
+- ``rss_peak_mib``: the process's peak resident memory during the writes (Linux ``VmHWM``,
   reset first), beside ``data_mib``, the payload the caller holds.
 
 Systems (each cell in its own worker process):
@@ -47,7 +47,7 @@ from bench.common import (
     native_systems,
     size_label,
 )
-from bench.meter import LagProbe, lag_fields
+from bench.meter import Census, LagProbe, lag_fields, reset_rss_peak, rss_peak_mib
 
 FILES = 10
 FILE_SIZE = 256 << 20
@@ -65,20 +65,6 @@ def cpu_work() -> int:
     return total
 
 
-def _status_mib(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _reset_peak() -> None:
-    """Start the peak (VmHWM) again from the current resident size (Linux 4.0)."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
 def _fresh(paths: list[str], disk: bool) -> None:
     """Untimed: no files from the last round, and (on a disk) no dirty pages left."""
     for p in paths:
@@ -94,6 +80,20 @@ def _check(paths: list[str], size: int) -> None:
     for p in paths:
         if os.stat(p).st_size != size:
             raise RuntimeError(f"{p}: {os.stat(p).st_size} bytes written, expected {size}")
+
+
+class _AwaitedOpen:
+    """``async with`` over an open that is awaited (anyio's): the file is closed on exit."""
+
+    def __init__(self, opening: Any) -> None:
+        self._opening = opening
+
+    async def __aenter__(self) -> Any:
+        self._file = await self._opening
+        return self._file
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._file.aclose()
 
 
 def _opener(system: System) -> Callable[[str], Any]:
@@ -114,7 +114,7 @@ def _opener(system: System) -> Callable[[str], Any]:
             import anyio
         except ImportError as exc:
             raise Skip(f"anyio not importable: {exc}") from exc
-        return lambda p: anyio.open_file(p, "wb")
+        return lambda p: _AwaitedOpen(anyio.open_file(p, "wb"))
     raise ValueError(f"W8 has no system {system.name!r} (kinds: {', '.join(KINDS)})")
 
 
@@ -135,17 +135,22 @@ async def _async_rounds(system: System, paths: list[str], data: bytes,
         await asyncio.gather(*jobs())
         return time.perf_counter() - t0
 
-    writes, with_cpu, alone, lags, peaks = [], [], [], [], []
+    writes, with_cpu, alone, lags, peaks, cpu = [], [], [], [], [], []
+    census = Census()
     await timed(lambda: [one(p) for p in paths[:1]])  # warm: the engine, the imports
     for _ in range(_rounds(len(data))):
         _fresh(paths, disk)
         probe = LagProbe()
         ticker = asyncio.create_task(probe.run())
         await asyncio.sleep(0.01)
-        _reset_peak()
-        t0 = time.perf_counter()
+        reset_rss_peak()
+        census.attach(asyncio.get_running_loop())
+        t0, c0 = time.perf_counter(), _cpu_s()
         writes.append(await timed(lambda: [one(p) for p in paths]))
-        peaks.append(_status_mib("VmHWM"))
+        cpu.append(_cpu_s() - c0)
+        census.detach()
+        census.sample()
+        peaks.append(rss_peak_mib())
         probe.stop()
         await ticker
         lags.append(probe.summary(t0, t0 + writes[-1]))
@@ -156,7 +161,7 @@ async def _async_rounds(system: System, paths: list[str], data: bytes,
         _check(paths, len(data))
         alone.append(await timed(lambda: [sums() for _ in range(SUMS)]))
     _fresh(paths, disk)
-    result = _figures(writes, with_cpu, alone, peaks, len(data))
+    result = _figures(writes, with_cpu, alone, peaks, len(data), cpu, census)
     lag = max(lags, key=lambda s: s["p99_ms"] or 0.0)  # the worst round's
     result |= lag_fields(lag) | {"lag_p99_ms": statistics.median(
         s["p99_ms"] for s in lags if s["p99_ms"] is not None)}
@@ -180,17 +185,21 @@ def _sync_rounds(paths: list[str], data: bytes, disk: bool) -> JSONDict:
         fn()
         return time.perf_counter() - t0
 
-    w, c, s, peaks = [], [], [], []
+    w, c, s, peaks, cpu = [], [], [], [], []
     for _ in range(_rounds(len(data))):
         _fresh(paths, disk)
-        _reset_peak()
+        reset_rss_peak()
+        c0 = _cpu_s()
         w.append(timed(writes))
-        peaks.append(_status_mib("VmHWM"))
+        cpu.append(_cpu_s() - c0)
+        peaks.append(rss_peak_mib())
         _fresh(paths, disk)
         c.append(timed(lambda: (writes(), [cpu_work() for _ in range(SUMS)])))  # type: ignore[func-returns-value]
         s.append(timed(lambda: [cpu_work() for _ in range(SUMS)]))  # type: ignore[func-returns-value]
     _fresh(paths, disk)
-    return _figures(w, c, s, peaks, len(data)) | {
+    census = Census()
+    census.sample()
+    return _figures(w, c, s, peaks, len(data), cpu, census) | {
         "info": {"note": "builtin open(), the files one after the other, one thread"}}
 
 
@@ -198,12 +207,22 @@ def _rounds(size: int) -> int:
     return ROUNDS if size >= FILE_SIZE else 3
 
 
+def _cpu_s() -> float:
+    """The process's CPU time (every thread's, io_uring's workers included)."""
+    t = os.times()
+    return t.user + t.system
+
+
 def _figures(writes: list[float], with_cpu: list[float], alone: list[float],
-             peaks: list[float], size: int) -> JSONDict:
+             peaks: list[float], size: int, cpu: list[float], census: Census) -> JSONDict:
     pass_s = statistics.median(writes)
+    cpu_s = statistics.median(cpu)
     return {"pass_s": pass_s, "ops_per_s": FILES / pass_s, "mb_per_s": FILES * size / pass_s / 1e6,
+            "passes": len(writes), "cpu_us_per_op": cpu_s / FILES * 1e6,
+            "cpu_util": cpu_s / pass_s, "threads_peak": census.threads_peak,
+            "iou_workers_peak": census.iou_peak, "rss_peak_mib": max(peaks),
             "cpu_pass_s": statistics.median(with_cpu), "sums_s": statistics.median(alone),
-            "peak_rss_mib": max(peaks), "data_mib": size / (1 << 20), "rounds": len(writes),
+            "data_mib": size / (1 << 20), "rounds": len(writes),
             "writes_s": writes, "cpu_passes_s": with_cpu}
 
 

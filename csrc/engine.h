@@ -72,8 +72,11 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
  * engine's writer threads (kaio.c). Below it the hand-off costs more than the copy (64 KiB
  * lands in ~10 us); `python -m bench --workloads W8 W5F` measures both sides. */
 #define WRITE_ASYNC_MIN (256u << 10)
-/* Linux AIO: the most writer threads an engine starts (one a large write in flight). */
+/* Linux AIO: the most writer threads an engine starts (one a large write in flight), and
+ * how much nicer than the thread that starts them they run (the threads backend's
+ * WRITER_NICE too: see kaio.c, writer_main). */
 #define KAIO_WRITERS 4
+#define WRITER_NICE 10
 /* Larger reads always go to the kernel queue: one inline copy must stay well within a budget
  * (1 MiB from the page cache takes ~0.1 ms here). */
 #define INLINE_MAX (1u << 20)

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -180,11 +181,38 @@ async def test_large_writes_are_sent_off_the_loops_thread(fast_dir: Path) -> Non
     finally:
         os.close(fd)
     info = aionative.backend_info()
-    if info["backend"] != "threads":  # (every threads-engine write is a worker's)
-        assert aionative.engine_stats()["async_writes"] - before == 3
-        assert info["large_writes_from"] == 256 << 10
-    if info["backend"] == "linux_aio":
+    assert aionative.engine_stats()["async_writes"] - before == 3
+    assert info["large_writes_from"] == 256 << 10
+    if info["backend"] != "io_uring":  # (io_uring's are the kernel's io-wq workers)
         assert 1 <= info["writer_threads"] <= 4
+
+
+def _writer_nice() -> list[int]:
+    """The nice values of this process's writer threads (Linux AIO's C threads are named
+    ``aionative-write``; the threads backend's are Python threads of that name)."""
+    tids = {t.native_id for t in threading.enumerate() if t.name.startswith("aionative-write")}
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() == "aionative-write":
+            tids.add(int(task.name))
+    nice = []
+    for tid in tids:
+        stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        nice.append(int(stat.rsplit(")", 1)[1].split()[16]))
+    return nice
+
+
+async def test_writer_threads_run_at_a_lower_priority_than_the_loop(fast_dir: Path,
+                                                                    backend: str) -> None:
+    """Ten large writes keep every CPU copying: the threads that copy (Linux AIO's and the
+    threads backend's; io_uring's are the kernel's) yield to the loop's thread when it wakes."""
+    if backend == "io_uring":
+        pytest.skip("io_uring's large writes are its kernel workers'")
+    data = os.urandom(MiB)
+    async with aionative.open(fast_dir / "f", "wb") as f:
+        await f.write(data)
+    loop_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    nice = _writer_nice()
+    assert nice and all(n == min(loop_nice + 10, 19) for n in nice), (loop_nice, nice)
 
 
 async def test_a_large_write_is_under_way_while_other_tasks_compute(fast_dir: Path) -> None:
