@@ -5,6 +5,7 @@ write(2) took, as ``FileIO.write`` does, and only a write that took nothing rais
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -74,9 +75,10 @@ _CHILD = textwrap.dedent("""
                          ids=["5000s", "30000s", "one-larger", "7000s"])
 async def test_a_write_the_file_cannot_take_answers_as_the_builtins(
         tmp_path: Path, backend: str, buffering: int, sizes: list[int]) -> None:
-    loop_name = "uvloop" if "uvloop" in type(__import__("asyncio").get_running_loop()
-                                             ).__module__ else "asyncio"
-    out = subprocess.run(
+    loop_name = "uvloop" if "uvloop" in type(asyncio.get_running_loop()).__module__ \
+        else "asyncio"
+    out = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-P", "-c", _CHILD, str(tmp_path / "f"), str(buffering), loop_name,
          json.dumps(sizes)], env=child_env(AIONATIVE_BACKEND=backend),
         capture_output=True, text=True, timeout=60)
