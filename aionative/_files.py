@@ -1143,6 +1143,12 @@ class AsyncBase(Generic[S]):
         raw = self._raw
         if raw is None:
             return await self._in_executor(self._file.write, b)
+        if self._text_layer and type(b) is str and len(b) > _ENCODE_CEDE:
+            # Encoding is the text layer's work on the loop's thread (as anywhere, the
+            # builtin's one copy): tasks writing large text at once encode one an iteration
+            # once its budget is spent, not all back to back.
+            while _turn_spent():
+                await _k.one_turn()
         if not self._try_lock():
             await self._lock()
         try:
@@ -2199,6 +2205,7 @@ def _write_all(fd: int, data: bytes, off: int) -> int:
     return done
 
 
+_ENCODE_CEDE = 1 << 20  # characters: a write this large yields first if the turn is spent
 _JOIN_MAX = 1 << 20  # adjacent small writes are joined into one write of at most this
 
 
