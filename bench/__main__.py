@@ -20,10 +20,10 @@ and, when absent, installed from Debian's package if we are root (``--no-fio-ins
 skip its rows instead). Progress goes to stderr (one line per finished cell), the report to
 stdout, every cell with machine information to ``bench/results/<workload>.json`` (or ``--json
 PATH``, with one workload), and one PNG a workload to ``docs/img/<workload>.png`` (``--plots
-DIR``, ``--no-plots``); then issue 4's targets, checked against ``bench/results/``
-(``bench.targets``). A ``--systems`` entry is a full system name or a prefix of available
-ones (``aionative``, ``aionative-io_uring``, ``caio``, ``fio``); names outside the defaults
-(e.g. ``aiofiles-uvloop`` in W1) also work.
+DIR``, ``--no-plots``); then the targets, checked against ``bench/results/``
+(``bench.targets``). A ``--systems`` entry is a full system name or a prefix of available ones
+(``aionative``, ``aionative-io_uring``, ``caio``, ``fio``); names outside the defaults (e.g.
+``aiofiles-uvloop`` in W1) also work.
 """
 
 from __future__ import annotations
