@@ -18,7 +18,7 @@ RESULTS = REPO / "bench" / "results"
 
 pytest.importorskip("bench.report", reason="the bench package is not beside the tests")
 
-from bench import report, targets  # noqa: E402
+from bench import report, targets
 
 HISTORY = re.compile(r"\bsessions?\s+\d+|\bissue\s+#?\d+|\bcommit\b", re.IGNORECASE)
 # A commit hash: 7 to 40 hex digits with at least one letter and one digit.
