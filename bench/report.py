@@ -359,7 +359,8 @@ READING = """\
   RSS: the worker's peak resident memory (`VmHWM`).
 - Loop lag: a task in the same event loop awaits `asyncio.sleep(0.001)` over and over; its
   lateness (the measured interval minus 1 ms) is what any other coroutine of the program waits.
-- Two shared CPUs make a noisy machine: compare rows within one run, not figures across runs."""
+- A small or shared machine is noisy (see its CPUs above): compare rows within one run,
+  not figures across runs."""
 
 REPRODUCE = """\
 ## Reproduce
@@ -375,7 +376,7 @@ make bench-http && python -m bench.report   # the HTTP section (wrk against uvic
 
 `make bench` installs what it needs into `.venv` (the `bench` extras: aiofiles, anyio, caio,
 aiofile, uvloop, matplotlib). fio is taken from `PATH`, or installed from Debian's package when
-run as root (`--no-fio-install` skips its rows). Data files go to `bench/.data/` (about 4 GiB
+run as root (`--no-fio-install` skips its rows). Data files go to `bench/.data/` (a few GiB
 for every workload); the `-tmpfs` workloads write to `/dev/shm`. `python -m bench --help` lists
 every option."""
 
