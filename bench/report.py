@@ -381,6 +381,22 @@ for every workload); the `-tmpfs` workloads write to `/dev/shm`. `python -m benc
 every option."""
 
 
+def _unwrap(text: str) -> str:
+    """The fixed texts as one line a paragraph or list item (markdown renders them the same;
+    the page stays short), code blocks as they are."""
+    out: list[str] = []
+    code = False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            code = not code
+        elif (not code and line and out and out[-1] and not line.startswith(("- ", "#", "|"))
+              and not out[-1].startswith(("#", "|", "```"))):
+            out[-1] += " " + line.strip()
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def load_results(root: Path = RESULTS_DIR) -> list[JSONDict]:
     """Every results document in ``root``, in workload order."""
     docs = []
@@ -650,7 +666,7 @@ latency, the server's CPU time a request and its peak threads (`bench/http_load.
 
 def _http(root: Path) -> list[str]:
     """The HTTP load section, from ``http.json`` (``make bench-http``) when it exists."""
-    lines = ["## HTTP: file responses under load", "", HTTP_TEXT, ""]
+    lines = ["## HTTP: file responses under load", "", _unwrap(HTTP_TEXT), ""]
     try:
         record = json.loads((root / "http.json").read_text())
         cells = record["cells"]
@@ -677,9 +693,9 @@ def page(root: Path = RESULTS_DIR, img_dir: Path = IMG_DIR) -> str:
     docs = load_results(root)
     by_name = {d["workload"]: d for d in docs}
     names = sorted(set(workload_names()) | set(by_name), key=_order)
-    lines = [PAGE_INTRO, ""]
+    lines = [_unwrap(PAGE_INTRO), ""]
     lines += _machine(docs) if docs else ["No results saved yet: run `make bench`.", ""]
-    lines += [READING, "", *_targets(root), REPRODUCE, ""]
+    lines += [_unwrap(READING), "", *_targets(root), _unwrap(REPRODUCE), ""]
     for name in names:
         lines += _section(name, by_name.get(name), img_dir)
     lines += _http(root)
