@@ -20,10 +20,11 @@ and, when absent, installed from Debian's package if we are root (``--no-fio-ins
 skip its rows instead). Progress goes to stderr (one line per finished cell), the report to
 stdout, every cell with machine information to ``bench/results/<workload>.json`` (or ``--json
 PATH``, with one workload), and one PNG a workload to ``docs/img/<workload>.png`` (``--plots
-DIR``, ``--no-plots``); then issue 4's targets, checked against ``bench/results/``
-(``bench.targets``). A ``--systems`` entry is a full system name or a prefix of available
-ones (``aionative``, ``aionative-io_uring``, ``caio``, ``fio``); names outside the defaults
-(e.g. ``aiofiles-uvloop`` in W1) also work.
+DIR``, ``--no-plots``); then the targets, checked against ``bench/results/``
+(``bench.targets``), and the benchmarks page, ``docs/benchmarks.md``, written again from every
+saved result (``bench.report``; ``--no-page`` to leave it). A ``--systems`` entry is a full
+system name or a prefix of available ones (``aionative``, ``aionative-io_uring``, ``caio``,
+``fio``); names outside the defaults (e.g. ``aiofiles-uvloop`` in W1) also work.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -38,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import fio, plots, targets
+from bench import fio, plots, report, targets
 from bench.common import (
     DATA_DIR,
     REPO_ROOT,
@@ -112,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plots", type=Path, default=PLOTS_DIR, metavar="DIR",
                    help="where to draw one PNG a workload; default docs/img")
     p.add_argument("--no-plots", action="store_true", help="draw no PNG")
+    p.add_argument("--no-page", action="store_true",
+                   help="do not write docs/benchmarks.md again from bench/results/")
     p.add_argument("--no-fio-install", action="store_true",
                    help="do not install Debian's fio package when fio is absent")
     return p
@@ -203,6 +207,7 @@ def tmpfs_ready(workload: Workload, args: argparse.Namespace) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
     names = _csv(args.workloads)
     if args.json and len(names) > 1:
         raise SystemExit("--json takes one workload; omit it to get results/<w>.json each")
@@ -225,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             doc = run_workload(workload, args, probe)
+            doc["command"] = command   # for the benchmarks page
         except ValueError as exc:
             raise SystemExit(f"python -m bench: {exc}") from None
         finally:
@@ -241,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         failed |= bool(doc["errors"])
     if not args.json:
         print(targets.report(RESULTS_DIR), flush=True)
+        if not args.no_page:
+            _log(report.write_page(RESULTS_DIR))
     _log(f"finished in {time.monotonic() - started:.0f} s")
     return 1 if failed else 0
 

@@ -1,10 +1,10 @@
-"""In-process measurements quoted in docs/benchmarks.md and commit messages, outside the
+"""In-process measurements for looking closer at one mechanism, outside the
 worker protocol of ``python -m bench`` (one process, one loop, engine counters at hand):
 
     python -m bench.inproc gather-reads [--backend threads] [--n 1000 10000]
         N hot 4 KiB ``aionative.pread``s of a cached 4 MiB file issued at once with
         ``asyncio.gather``: seconds and engine counters (the threads backend's refused-read
-        queue: quadratic before aec2801).
+        queue, which must stay linear in N).
     python -m bench.inproc w4-loop [--seconds 6] [--budget-us 1e9] [--n 1]
         ``async with aionative.open(p, "rb")`` + ``read()`` over 300 of W4's cached files in
         passes, N tasks sharing one iterator (the loop profiled with ``py-spy record -r 1000

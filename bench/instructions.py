@@ -81,7 +81,7 @@ async def _child(case: str, impl: str, calls: int) -> None:
                 buf.close()
 
         try:
-            if depth == 1:  # session 23's case, unchanged: one loop, one buffer
+            if depth == 1:  # one reader: one loop, one buffer, no gather
                 buf = mmap.mmap(-1, 4096)
                 if impl == "builtin":
                     for i in range(total):

@@ -3,9 +3,9 @@
 Left panel: throughput per system (horizontal bars, one colour per N; MB/s where the workload
 measures bytes, W3 and W5F, else operations/s; a log axis when the systems span more than 30×).
 Right panel, for workloads that measure it (W5, W5F, W6): the 1 ms ticker's p99 lateness per
-system, log axis, with the 1 ms line of the issue's W6 target. The title names the workload,
-profile, date and commit, as the markdown header does. ``python -m bench.plots results/*.json``
-redraws saved results.
+system, log axis, with the 1 ms line of the loop-lag target (``bench.targets``). The title
+names the workload, profile, date and commit. ``python -m bench.plots results/*.json`` redraws
+saved results.
 """
 
 from __future__ import annotations

@@ -1,21 +1,37 @@
-"""Markdown report of one workload's results document (the same dict written as JSON).
+"""The benchmarks page, ``docs/benchmarks.md``, from the saved results (``bench/results/*.json``).
 
-One table per metric, systems as rows and N (concurrent readers) as columns: throughput, the
-throughput ratio to ``sync`` (the single-thread ceiling) and to ``aiofiles-asyncio`` (what
-most asyncio code uses today), event-loop lag (only for workloads that measure it, e.g. W5),
-CPU microseconds per operation, peak threads and peak RSS. Fixed-work workloads (W4, W7: the
-cells report ``pass_s``) add the median pass time, CPU utilisation and peak VSZ, and MB/s where
-measured. A workload without concurrency (W7) gets one table instead, metrics as columns.
-Rendering only reads the document, so a saved JSON file can be re-rendered later.
+``python -m bench.report`` (and ``make bench``, at its end) writes the whole page: the machine,
+how to reproduce, what the targets check and whether the results meet them, then one section a
+workload: what it measures (the first paragraph of its module's docstring), the command of its
+last run, one table of that run's medians and ratios, and its plot (``docs/img/<w>.png``) where
+one exists. A workload with no saved results gets its description and the command to run it.
+Rendering reads only the JSON documents and the workloads' docstrings, so the same results give
+the same page.
+
+``render`` is the detailed report of one workload that ``python -m bench`` prints as it runs
+(``python -m bench.report --detail results/w1.json`` prints it again): one table per metric,
+systems as rows and N (concurrent readers) as columns: throughput, the throughput ratio to
+``sync`` (the single-thread ceiling) and to ``aiofiles-asyncio`` (what most asyncio code uses
+today), event-loop lag (only for workloads that measure it, e.g. W5), CPU microseconds per
+operation, peak threads and peak RSS. Fixed-work workloads (W4, W7: the cells report
+``pass_s``) add the median pass time, CPU utilisation and peak VSZ, and MB/s where measured. A
+workload without concurrency (W7) gets one table instead, metrics as columns.
 """
 
 from __future__ import annotations
 
+import argparse
+import ast
+import json
+import re
 import statistics
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from bench.common import JSONDict, size_label
+from bench import targets
+from bench.common import BENCH_DIR, REPO_ROOT, RESULTS_DIR, JSONDict, load_workload, size_label
 from bench.meter import MIN_PASSES
 
 Cell = JSONDict
@@ -189,7 +205,7 @@ def _header(doc: JSONDict) -> list[str]:
 
 
 def _commit(git: JSONDict | None) -> str | None:
-    """``commit abc1234``, naming the library's files that differed from it, if any."""
+    """The commit measured (short form), naming the library's files that differed from it."""
     if not git or not git.get("commit"):
         return None
     dirty = [f for f in git.get("modified") or [] if f.startswith(("aionative/", "csrc/"))]
@@ -308,3 +324,413 @@ def render(doc: JSONDict) -> str:
         lines += _table(doc, f"aionative engine system calls per {unit.rstrip('s')}",
                         _syscalls_per_op, engine_rows)
     return "\n".join(lines + _notes(doc))
+
+
+# --- the benchmarks page ---------------------------------------------------------------------
+
+PAGE = REPO_ROOT / "docs" / "benchmarks.md"
+IMG_DIR = REPO_ROOT / "docs" / "img"
+MAX_LINES = 400     # the page is a summary; every figure is in the JSON
+Column = tuple[str, Callable[[str], str]]
+
+PAGE_INTRO = """\
+# Benchmarks
+
+The last results of each workload on one machine: aionative against the synchronous loop
+(`sync`, the single-thread ceiling), `aiofiles` (what most asyncio code uses), the other asyncio
+file libraries and fio (the C limit). This page is generated: `make bench` measures and rewrites
+it, and `python -m bench.report` rewrites it from the saved results (`bench/results/*.json`,
+where every cell, run and setting is kept). Do not edit it by hand."""
+
+READING = """\
+## Reading the tables
+
+- Each cell (a system at a concurrency N) runs in a fresh worker process: its thread pool,
+  io_uring workers and memory die with it. A cell is a timed window after a warm-up, or for
+  fixed-work workloads (W4, W7, W8) the median of timed passes; with several runs, the median
+  of the runs.
+- System names: `aionative-<backend>-<loop>` (backend `io_uring`, `linux_aio` or `threads`,
+  loop `asyncio` or `uvloop`); peers as `<library>-<loop>`; `sync`: the plain blocking call in
+  a loop on one thread, no event loop (it would block a real program's loop, but nothing
+  asynchronous can beat it by much on cached data); `fio-<engine>`: fio on the same file.
+- `÷ X`: the row's throughput over X's, same run, same N.
+- CPU is the process's user + system time over the timed window, all threads included, per
+  operation. Threads: the peak of `/proc/self/task` (`iou`: kernel io_uring workers among them).
+  RSS: the worker's peak resident memory (`VmHWM`).
+- Loop lag: a task in the same event loop awaits `asyncio.sleep(0.001)` over and over; its
+  lateness (the measured interval minus 1 ms) is what any other coroutine of the program waits.
+- A small or shared machine is noisy (see its CPUs above): compare rows within one run,
+  not figures across runs."""
+
+REPRODUCE = """\
+## Reproduce
+
+```sh
+make bench                              # every workload, quick profile: results, plots, this page
+python -m bench --profile full          # every system at every N, longer cells, three runs
+python -m bench --workloads W8,W8-tmpfs # some workloads (the page keeps the others' last results)
+python -m bench.report                  # this page again from bench/results/*.json
+python -m bench.targets                 # every target row, with the figures compared
+make bench-http && python -m bench.report   # the HTTP section (wrk against uvicorn)
+```
+
+`make bench` installs what it needs into `.venv` (the `bench` extras: aiofiles, anyio, caio,
+aiofile, uvloop, matplotlib). fio is taken from `PATH`, or installed from Debian's package when
+run as root (`--no-fio-install` skips its rows). Data files go to `bench/.data/` (a few GiB
+for every workload); the `-tmpfs` workloads write to `/dev/shm`. `python -m bench --help` lists
+every option."""
+
+
+def _unwrap(text: str) -> str:
+    """The fixed texts as one line a paragraph or list item (markdown renders them the same;
+    the page stays short), code blocks as they are."""
+    out: list[str] = []
+    code = False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            code = not code
+        elif (not code and line and out and out[-1] and not line.startswith(("- ", "#", "|"))
+              and not out[-1].startswith(("#", "|", "```"))):
+            out[-1] += " " + line.strip()
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def load_results(root: Path = RESULTS_DIR) -> list[JSONDict]:
+    """Every results document in ``root``, in workload order."""
+    docs = []
+    for path in sorted(root.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and "cells" in doc and "workload" in doc:
+            docs.append(doc)
+    return sorted(docs, key=lambda d: _order(d["workload"]))
+
+
+def _order(name: str) -> tuple[int, str, str]:
+    m = re.fullmatch(r"W(\d+)([A-Z]*)(?:-(.+))?", name, re.IGNORECASE)
+    return (int(m[1]), m[2].upper(), m[3] or "") if m else (1 << 30, name, "")
+
+
+def workload_names() -> list[str]:
+    """Every workload ``python -m bench`` knows: each ``bench/wN.py`` and its filesystems."""
+    names = []
+    for path in BENCH_DIR.glob("w*.py"):
+        if not re.fullmatch(r"w\d+[a-z]*", path.stem):
+            continue
+        workload = load_workload(path.stem.upper())
+        names += [workload.name] + [f"{workload.name}-{fs}" for fs in workload.filesystems]
+    return sorted(names, key=_order)
+
+
+def description(name: str) -> str:
+    """What a workload measures: the first paragraph after its module docstring's summary."""
+    base, _, fs = name.partition("-")
+    if fs:
+        return f"{base} with its data on a {fs} (`/dev/shm`) instead of the data directory's " \
+               "filesystem: no block mapping and no writeback, so each system's own cost shows."
+    path = BENCH_DIR / f"{base.lower()}.py"
+    try:
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    except (OSError, SyntaxError):
+        return ""
+    paragraphs = [p for p in doc.split("\n\n") if p.strip()]
+    text = paragraphs[1] if len(paragraphs) > 1 else ""
+    text = " ".join(re.sub(r"(\S)-\n\s*", r"\1-", text).split())   # "4 KiB-\naligned"
+    return text.replace("``", "`")
+
+
+def _title(name: str) -> str:
+    try:
+        return load_workload(name).title
+    except (ModuleNotFoundError, ValueError):
+        return ""
+
+
+def _date(doc: JSONDict) -> str:
+    return doc["machine"]["date"].replace("T", " ")[:16] + " UTC"
+
+
+def command(doc: JSONDict) -> str:
+    """The command of the run (recorded by ``python -m bench``; for older results, rebuilt from
+    the settings the results record: profile, timing, runs, concurrency levels)."""
+    if doc.get("command"):
+        return str(doc["command"])
+    from bench.__main__ import DEFAULT_READERS, PROFILES
+    from bench.common import Variant
+
+    name, profile = doc["workload"], doc["profile"]
+    parts = ["python -m bench", "--workloads", name]
+    if profile != "quick":
+        parts += ["--profile", profile]
+    try:
+        workload = load_workload(name)
+    except (ModuleNotFoundError, ValueError):
+        return " ".join(parts)
+    variant = workload.variants.get(profile, Variant())
+    base = variant.timing or PROFILES[profile].timing if profile in PROFILES else None
+    if base is not None and doc["timing"]["warmup"] != base.warmup:
+        parts += ["--warmup", f"{doc['timing']['warmup']:g}"]
+    if base is not None and doc["timing"]["duration"] != base.duration:
+        parts += ["--duration", f"{doc['timing']['duration']:g}"]
+    if profile in PROFILES and doc["repeats"] != PROFILES[profile].repeats:
+        parts += ["--repeats", str(doc["repeats"])]
+    readers = list(variant.readers or workload.default_readers or DEFAULT_READERS)
+    if workload.concurrency and doc["readers"] != readers:
+        parts += ["--readers", ",".join(map(str, doc["readers"]))]
+    return " ".join(parts)
+
+
+def _filesystem(doc: JSONDict) -> str | None:
+    fs = doc["machine"].get("filesystem") or doc["params"].get("fs")
+    return str(fs) if fs else None
+
+
+def _run_line(doc: JSONDict) -> str:
+    t, size = doc["timing"], doc["params"].get("file_size")
+    data = doc["params"].get("data") or (f"a {size_label(size)} file" if size else None)
+    fs = _filesystem(doc)
+    rounds = {r["rounds"] for c in doc["cells"] for r in c["runs"] if "rounds" in r}
+    cell = (f"{'/'.join(map(str, sorted(rounds)))} rounds" if rounds
+            else f"passes for {t['duration']:g} s after {t['warmup']:g} s of warm-up"
+            if _passes(doc) else f"{t['duration']:g} s after {t['warmup']:g} s of warm-up")
+    runs = f"median of {doc['repeats']} runs" if doc["repeats"] > 1 else "one run"
+    where = ", ".join(x for x in (data, f"on {fs}" if fs else None) if x)
+    return (f"Last run {_date(doc)}: `{command(doc)}` ({doc['profile']} profile: {cell} a "
+            f"cell, {runs}{'; ' + where if where else ''}).")
+
+
+def _run_median(c: Cell, key: str) -> float | None:
+    values = [r[key] for r in c["runs"] if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _page_columns(doc: JSONDict) -> list[Column]:
+    """The one table of a workload: throughput at each N, then the rest at the largest N."""
+    find, unit = _lookup(doc), doc["unit"]
+    one = unit.rstrip("s")
+    concurrent = doc.get("concurrency", True)
+    readers = doc["readers"] if concurrent else [1]
+    top = max(readers)
+    at = f" N={top}" if len(readers) > 1 else ""
+
+    def cell_fmt(fmt: Fmt, n: int = top) -> Callable[[str], str]:
+        return lambda s: fmt(c, n) if (c := find(s, n)) is not None else DASH
+
+    def ms(key: str) -> Fmt:
+        def fmt(c: Cell, n: int) -> str:
+            v = _run_median(c, key)
+            return DASH if v is None else _pass_ms({"pass_s": v}, n)
+        return fmt
+
+    cells = doc["cells"]
+    runs = [r for c in cells for r in c["runs"]]
+    cols: list[Column] = [(f"{unit}/s" + (f" N={n}" if concurrent else ""),
+                           cell_fmt(lambda c, n: _ops(c["ops_per_s"]), n)) for n in readers]
+    if any("mb_per_s" in c for c in cells):
+        cols.append((f"MB/s{at}", cell_fmt(_mb_s)))
+    if _passes(doc):
+        cols.append((f"median pass (ms){at}", cell_fmt(_pass_ms)))
+    if any("cpu_pass_s" in r for r in runs):
+        cols.append(("with the CPU work (ms)", cell_fmt(ms("cpu_pass_s"))))
+    if any("sums_s" in r for r in runs):
+        cols.append(("CPU work alone (ms)", cell_fmt(ms("sums_s"))))
+    cols += [(f"÷ {base}{at}", cell_fmt(_ratio_to(doc, base))) for base in RATIO_BASES
+             if base in _measured(doc)]
+    if _has_lag(doc):
+        cols.append((f"loop lag p99 (ms){at}", cell_fmt(
+            lambda c, n: "n/a" if c.get("lag_p99_ms") is None else _ms(c["lag_p99_ms"]))))
+    cols += [(f"CPU µs per {one}{at}", cell_fmt(
+        lambda c, n: DASH if c["cpu_us_per_op"] is None else _num(c["cpu_us_per_op"]))),
+             (f"threads{at}", cell_fmt(_threads)),
+             (f"RSS (MiB){at}", cell_fmt(_mib("rss_peak_mib")))]
+    return cols
+
+
+def _num(v: float) -> str:
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def _page_table(doc: JSONDict) -> list[str]:
+    cols = _page_columns(doc)
+    lines = ["| system | " + " | ".join(name for name, _ in cols) + " |",
+             "|---|" + "---:|" * len(cols)]
+    for system in _measured(doc):
+        lines.append(f"| {_label(doc, system)} | " + " | ".join(f(system) for _, f in cols)
+                     + " |")
+    return lines
+
+
+def _page_notes(doc: JSONDict) -> list[str]:
+    measured = _measured(doc)
+    notes = []
+    if doc.get("concurrency", True) and len(doc["readers"]) > 1 and any(
+            s in measured for s in doc["concurrency_free"]):
+        notes.append("¹ runs once whatever N (one thread; fio's `psync`: one I/O at a time): "
+                     "the same figure in every column.")
+    notes += [f"² `{s}`: {note}." for s, note in _partial(doc).items()]
+    notes += [str(n) for n in doc["notes"]]
+    notes += [f"`{s}` skipped: {reason}" for s, reason in doc["skipped"].items()]
+    notes += [f"`{e['system']}` N={e['readers']} failed: {e['error']}" for e in doc["errors"]]
+    return [f"- {n}" for n in notes]
+
+
+def _section(name: str, doc: JSONDict | None, img_dir: Path) -> list[str]:
+    title = doc["title"] if doc else _title(name)
+    lines = [f"## {name}: {title}" if title else f"## {name}", ""]
+    if text := description(name):
+        lines += [text, ""]
+    if doc is None:
+        return [*lines, f"No results saved yet: `python -m bench --workloads {name}`.", ""]
+    lines += [_run_line(doc), ""]
+    if not doc["cells"]:
+        lines += ["No cell was measured.", ""]
+    else:
+        lines += [*_page_table(doc), ""]
+    if notes := _page_notes(doc):
+        lines += [*notes, ""]
+    png = f"{name.lower()}.png"
+    if (img_dir / png).is_file():
+        lines += [f"![{name}: {title}](img/{png})", ""]
+    return lines
+
+
+def _varying(docs: list[JSONDict], get: Callable[[JSONDict], Any]) -> str:
+    """One value, or each value with the workloads it was measured with."""
+    seen: dict[str, list[str]] = {}
+    for doc in docs:
+        if (value := get(doc)) not in (None, ""):
+            seen.setdefault(str(value), []).append(doc["workload"])
+    if len(seen) <= 1:
+        return next(iter(seen), DASH)
+    return "; ".join(f"{v} ({', '.join(ws)})" for v, ws in seen.items())
+
+
+def _memory(m: JSONDict) -> str | None:
+    kb = str(m.get("mem_total") or "").split()
+    return f"{int(kb[0]) / (1 << 20):.1f} GiB" if kb and kb[0].isdigit() else None
+
+
+def _versions(doc: JSONDict) -> str:
+    p = doc["probe"]
+    found = [("aionative", p["aionative"]), ("uvloop", p["uvloop"]), ("aiofiles", p["aiofiles"]),
+             *p.get("peers", {}).items()]
+    out = [f"{name} {info['version']}" for name, info in found
+           if info.get("ok") and info.get("version")]
+    if p.get("fio", {}).get("version"):
+        out.append(p["fio"]["version"])
+    return ", ".join(out)
+
+
+def _machine(docs: list[JSONDict]) -> list[str]:
+    rows = [
+        ("CPU", lambda d: f"{d['machine']['cpu_model']} ({d['machine']['machine']}), "
+                          f"{d['machine']['cpu_affinity']} of {d['machine']['cpu_count']} CPUs "
+                          "usable"),
+        ("memory", lambda d: _memory(d["machine"])),
+        ("kernel", lambda d: f"Linux {d['machine']['kernel']}"),
+        ("Python", lambda d: f"{d['machine']['python_impl']} {d['machine']['python']}"),
+        ("filesystem of the data", _filesystem),
+        ("aionative backends", lambda d: ", ".join(d["probe"]["aionative"].get("backends", []))),
+        ("versions", _versions),
+    ]
+    dates = sorted(d["machine"]["date"] for d in docs)
+    when = dates[0].replace("T", " ")[:10]
+    if dates[-1][:10] != dates[0][:10]:
+        when += " to " + dates[-1][:10]
+    lines = ["## Machine", "", "| | |", "|---|---|"]
+    lines += [f"| {label} | {_varying(docs, get)} |" for label, get in rows]
+    return [*lines, f"| measured | {when} |", ""]
+
+
+def _targets(root: Path) -> list[str]:
+    lines = ["## What the targets check", "",
+             ("Each target is checked on the aionative rows of the named workload's last run, "
+              "against the other rows of the same run (`python -m bench.targets` prints every "
+              "row with its figures)."), "",
+             "| target | workload | checks | in these results |", "|---|---|---|---|"]
+    for target, verdict in targets.check_all(root).summary():
+        lines.append(f"| {target.name} | {target.workload} | {target.checks} | {verdict} |")
+    return [*lines, ""]
+
+
+HTTP_TEXT = """\
+Files served over HTTP on 127.0.0.1 by uvicorn (one worker, uvloop): aionative's `FileResponse`
+and `StaticFiles` against Starlette's own and a response streaming through aiofiles, under wrk's
+load: a 4 KiB file, a 1 MiB file, and random 1 B–64 KiB ranges of the 1 MiB file. Requests/s,
+latency, the server's CPU time a request and its peak threads (`bench/http_load.py`)."""
+
+
+def _http(root: Path) -> list[str]:
+    """The HTTP load section, from ``http.json`` (``make bench-http``) when it exists."""
+    lines = ["## HTTP: file responses under load", "", _unwrap(HTTP_TEXT), ""]
+    try:
+        record = json.loads((root / "http.json").read_text())
+        cells = record["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [*lines, "No results saved yet: `make bench-http`.", ""]
+    from bench.http_load import SCENARIOS
+    from bench.http_load import report as http_tables
+
+    systems = list(cells)
+    scenarios = [s for s in SCENARIOS if any(s in by_scenario for by_scenario in cells.values())]
+    baseline = "starlette" if "starlette" in cells else "starlette-static"
+    runs = f"median of {record['repeats']} runs" if record.get("repeats", 1) > 1 else "one run"
+    cmd = str(record.get("command") or "python -m bench.http_load").strip()
+    lines += [(f"Last run: `{cmd}` (uvicorn with uvloop and {record.get('http_impl')}, "
+               f"{record.get('load')} with {record.get('connections')} connections, "
+               f"{record.get('duration'):g} s a cell, {runs}; {record.get('cpus')} CPUs, "
+               f"kernel {record.get('kernel')})."), ""]
+    tables = http_tables(cells, systems, scenarios, baseline).replace("### ", "### HTTP ")
+    return [*lines, *tables.rstrip("\n").splitlines(), ""]
+
+
+def page(root: Path = RESULTS_DIR, img_dir: Path = IMG_DIR) -> str:
+    """The whole benchmarks page from the results in ``root``."""
+    docs = load_results(root)
+    by_name = {d["workload"]: d for d in docs}
+    names = sorted(set(workload_names()) | set(by_name), key=_order)
+    lines = [_unwrap(PAGE_INTRO), ""]
+    lines += _machine(docs) if docs else ["No results saved yet: run `make bench`.", ""]
+    lines += [_unwrap(READING), "", *_targets(root), _unwrap(REPRODUCE), ""]
+    for name in names:
+        lines += _section(name, by_name.get(name), img_dir)
+    lines += _http(root)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_page(root: Path = RESULTS_DIR, path: Path = PAGE, img_dir: Path = IMG_DIR) -> str:
+    """Write the page; return a line saying where, and how long it is."""
+    text = page(root, img_dir)
+    path.write_text(text)
+    n = text.count("\n")
+    warn = f" (over {MAX_LINES}: trim the tables)" if n >= MAX_LINES else ""
+    return f"benchmarks page written to {path} ({n} lines{warn})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", type=Path, default=RESULTS_DIR, metavar="DIR",
+                   help="the results documents; default %(default)s")
+    p.add_argument("--output", type=Path, default=PAGE, metavar="PATH",
+                   help="the page to write ('-': stdout); default %(default)s")
+    p.add_argument("--img-dir", type=Path, default=IMG_DIR, metavar="DIR",
+                   help="where the plots are (linked as img/<w>.png); default %(default)s")
+    p.add_argument("--detail", type=Path, metavar="JSON",
+                   help="print one workload's detailed tables instead")
+    args = p.parse_args(argv)
+    if args.detail:
+        print(render(json.loads(args.detail.read_text())))
+    elif str(args.output) == "-":
+        sys.stdout.write(page(args.results, args.img_dir))
+    else:
+        print(write_page(args.results, args.output, args.img_dir), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
