@@ -396,3 +396,5 @@ def engine_lifespan(inner: Lifespan | None = None, *, backend: str | None = None
 
 #: ``FastAPI(lifespan=lifespan)``: :func:`engine_lifespan` with no lifespan of yours.
 lifespan: Lifespan = engine_lifespan()
+"""``FastAPI(lifespan=lifespan)``: creates the engine at startup, drains and closes it at
+shutdown (:func:`engine_lifespan` around no lifespan of yours)."""
