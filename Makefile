@@ -72,8 +72,7 @@ bench-pytest: build ## the pytest-benchmark suite
 bench-http: build ## HTTP load (wrk): aionative vs Starlette FileResponse vs aiofiles, uvicorn+uvloop
 	$(PY) -m bench.http_load
 
-docs: $(STAMP) ## build the documentation site into site/ (mkdocs)
-	$(PY) -m pip install -q 'mkdocs>=1.6'
+docs: build ## build the documentation site into site/ (mkdocs --strict, API reference from docstrings)
 	$(PY) -m mkdocs build --strict
 
 lint: $(STAMP) ## ruff

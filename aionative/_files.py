@@ -851,35 +851,44 @@ class AsyncBase(Generic[S]):
 
     @property
     def closed(self) -> bool:
+        """Whether the file is closed."""
         return bool(self._file.closed)
 
     @property
     def name(self) -> Any:
+        """The name the file was opened with (a path, or the descriptor), as the builtin's."""
         return self._file.name
 
     @property
     def mode(self) -> str:
+        """The mode the file was opened with, as the builtin's ``mode``."""
         return str(self._file.mode)
 
     def fileno(self) -> int:
+        """The file descriptor (a plain method, as in aiofiles)."""
         return int(self._file.fileno())
 
     async def isatty(self) -> bool:
+        """Whether the file is a terminal."""
         if self._raw is None:
             return await self._in_executor(self._file.isatty)
         return bool(self._file.isatty())
 
     async def seekable(self) -> bool:
+        """Whether the file supports random access (``seek``, ``tell``)."""
         if self._raw is None:
             return await self._in_executor(self._file.seekable)
         return bool(self._file.seekable())
 
     async def writable(self) -> bool:
+        """Whether the file was opened for writing."""
         if self._raw is None:
             return await self._in_executor(self._file.writable)
         return bool(self._file.writable())
 
     async def flush(self) -> None:
+        """Write what the buffered and text layers hold; the data is with the kernel (in the page
+        cache, not necessarily on disk: see ``fsync``) when the await returns."""
         if self._raw is None:
             return await self._in_executor(self._file.flush)
         if not self._try_lock():
@@ -895,6 +904,8 @@ class AsyncBase(Generic[S]):
             self._unlock()
 
     async def close(self) -> None:
+        """Flush and close the file (a ``NamedTemporaryFile`` with ``delete=True`` is also
+        unlinked); a flush error is raised once the file is closed, as the builtin's ``close()``."""
         lazy = self._lazy
         if lazy is not None and not self._busy:  # (busy: wait below for the lazy read)
             if not lazy.close_now():
@@ -1040,6 +1051,7 @@ class AsyncBase(Generic[S]):
             await self._push()
 
     async def tell(self) -> int:
+        """The current position, as the builtin's ``tell()`` (an opaque number in text mode)."""
         if self._raw is None:
             return await self._in_executor(self._file.tell)
         if not self._try_lock():
@@ -1063,6 +1075,8 @@ class AsyncBase(Generic[S]):
             self._unlock()
 
     async def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        """Move to ``offset`` relative to ``whence`` (``os.SEEK_SET``, ``SEEK_CUR``, ``SEEK_END``,
+        ``SEEK_DATA``, ``SEEK_HOLE``) and return the new position, as the builtin's ``seek()``."""
         if self._raw is None:
             return await self._in_executor(self._file.seek, offset, whence)
         raw = self._raw
@@ -1123,6 +1137,7 @@ class AsyncBase(Generic[S]):
             raw.size = os.lseek(raw._fd, 0, os.SEEK_END)
 
     async def truncate(self, size: int | None = None) -> int:
+        """Resize the file to ``size`` bytes (default: the current position); return the size."""
         if self._raw is None:
             return await self._in_executor(self._file.truncate, size)
         if not self._try_lock():
@@ -1140,6 +1155,9 @@ class AsyncBase(Generic[S]):
             self._unlock()
 
     async def write(self, b: Any, /) -> int:
+        """Write ``b`` (``str`` in text mode, a bytes-like object in binary mode); return what the
+        builtin's ``write()`` returns. What the layers pass on has reached the kernel when the await
+        returns."""
         raw = self._raw
         if raw is None:
             return await self._in_executor(self._file.write, b)
@@ -1179,6 +1197,8 @@ class AsyncBase(Generic[S]):
             self._unlock()
 
     async def writelines(self, lines: Iterable[Any], /) -> None:
+        """Write every item of ``lines`` (no separators added), as the builtin's ``writelines()``.
+        """
         raw = self._raw
         if raw is None:
             return await self._in_executor(self._file.writelines, lines)
@@ -1210,12 +1230,16 @@ class AsyncBase(Generic[S]):
     # reads shared by all modes --------------------------------------------------------------
 
     async def read(self, size: int = -1, /) -> S:
+        """Read up to ``size`` bytes or characters (all, to end of file, if ``size`` is negative).
+        """
         raise NotImplementedError
 
     async def readline(self, size: int = -1, /) -> S:
+        """Read one line, with its line ending (at most ``size`` if ``size`` is not negative)."""
         raise NotImplementedError
 
     async def readlines(self, hint: int = -1, /) -> list[S]:
+        """Read the remaining lines (stopping once their total size exceeds ``hint`` > 0)."""
         raise NotImplementedError
 
     def __aiter__(self) -> AsyncIterator[S]:
@@ -1451,6 +1475,8 @@ class _BinaryBase(AsyncBase[bytes]):
         return res
 
     async def read(self, size: int | None = -1, /) -> bytes:
+        """Read up to ``size`` bytes (to end of file if ``size`` is negative or ``None``), as the
+        builtin's ``read()``; ``b""`` at end of file."""
         gate = self._gate
         if type(size) is int and 0 < size <= gate.room:
             # The window holds these bytes and a buffer more (see _read_room): the
@@ -1534,6 +1560,8 @@ class _BinaryBase(AsyncBase[bytes]):
         return raw.available() - self._bufsize
 
     async def readline(self, size: int | None = -1, /) -> bytes:
+        """Read one line, up to and including ``b"\\n"`` (at most ``size`` bytes if ``size`` is not
+        negative); ``b""`` at end of file."""
         if size is None or type(size) is int and size == -1:
             # A whole line, while the gate's budget says the window holds its end (as
             # ``async for`` reads them; a whole line read below raises the budget).
@@ -1577,6 +1605,7 @@ class _BinaryBase(AsyncBase[bytes]):
                 self._line_gate().budget = min(grant, _GRANT_LINES)
 
     async def readlines(self, hint: int | None = -1, /) -> list[bytes]:
+        """Read the remaining lines, stopping once their total size exceeds ``hint`` (if > 0)."""
         if self._raw is None:
             return list(await self._in_executor(self._file.readlines, hint))
         raw = self._raw
@@ -1620,6 +1649,8 @@ class _BinaryBase(AsyncBase[bytes]):
             self._unlock()
 
     async def readinto(self, b: Any, /) -> int:
+        """Read into the writable buffer ``b``; return the number of bytes read (0 at end of file).
+        """
         if self._raw is None:
             return int(await self._in_executor(self._file.readinto, b))
         if not self._try_lock():
@@ -1661,6 +1692,8 @@ class _BinaryBase(AsyncBase[bytes]):
             self._unlock()
 
     def readable(self) -> bool:
+        """Whether the file was opened for reading (a plain method in binary mode, as in aiofiles).
+        """
         return bool(self._file.readable())
 
     async def _read_rest_later(self, lazy: LazyReader) -> bytes | None:
@@ -1709,10 +1742,13 @@ class _BufferedBase(_BinaryBase):
 
     @property
     def raw(self) -> Any:
+        """The underlying raw file object, as the builtin buffered object's ``raw``."""
         self._end_line_budget()
         return self._file.raw
 
     def detach(self) -> Any:
+        """Separate the underlying raw file from the buffer and return it; the wrapper is then
+        unusable, as after the builtin's ``detach()``."""
         self._end_line_budget()
         return self._file.detach()
 
@@ -1734,6 +1770,8 @@ class _BufferedBase(_BinaryBase):
         return res
 
     async def read1(self, size: int = -1, /) -> bytes:
+        """Read up to ``size`` bytes with at most one read of the raw file, as the builtin's
+        ``read1()`` (``size`` negative: as much as one read returns)."""
         if self._raw is None:
             return bytes(await self._in_executor(self._file.read1, size))
         if not self._try_lock():
@@ -1750,6 +1788,8 @@ class _BufferedBase(_BinaryBase):
             self._unlock()
 
     async def readinto1(self, b: Any, /) -> int:
+        """Read into ``b`` with at most one read of the raw file; return the number of bytes read.
+        """
         if self._raw is None:
             return int(await self._in_executor(self._file.readinto1, b))
         if not self._try_lock():
@@ -1803,6 +1843,8 @@ class AsyncBufferedReader(_BufferedBase):
                 obj=self)
 
     async def peek(self, size: int = 0, /) -> bytes:
+        """Return buffered bytes at the position without moving it (at least one byte unless at end
+        of file), as ``BufferedReader.peek()``."""
         if self._raw is None:
             return bytes(await self._in_executor(self._file.peek, size))
         if not self._try_lock():
@@ -1826,6 +1868,7 @@ class AsyncFileIO(_BinaryBase):
     """``buffering=0``: the raw file itself (``FileIO``'s behaviour)."""
 
     async def readall(self) -> bytes:
+        """Read from the position to end of file."""
         raw = self._raw
         if raw is None:
             return bytes(await self._in_executor(self._file.readall))
@@ -1844,6 +1887,8 @@ class AsyncFileIO(_BinaryBase):
             self._unlock()
 
     async def read(self, size: int | None = -1, /) -> bytes:
+        """Read up to ``size`` bytes (to end of file if negative or ``None``), as ``FileIO.read()``:
+        on a pipe or other stream a short result does not mean end of file."""
         raw = self._raw
         if raw is None or raw.kind != STREAM:
             return await super().read(size)
@@ -1886,32 +1931,40 @@ class AsyncTextIOWrapper(AsyncBase[str]):
 
     @property
     def buffer(self) -> Any:
+        """The underlying binary buffered object, as the builtin ``TextIOWrapper``'s."""
         self._end_line_budget()
         return self._file.buffer
 
     @property
     def encoding(self) -> str:
+        """The encoding the text is decoded and encoded with."""
         return str(self._file.encoding)
 
     @property
     def errors(self) -> str | None:
+        """The error handler of the encoding (``"strict"`` unless given)."""
         return self._file.errors  # type: ignore[no-any-return]
 
     @property
     def line_buffering(self) -> bool:
+        """Whether a write containing a newline flushes, as the builtin's ``line_buffering``."""
         return bool(self._file.line_buffering)
 
     @property
     def newlines(self) -> str | tuple[str, ...] | None:
+        """The newlines translated so far while reading (``None``, a string or a tuple)."""
         self._end_line_budget()
         return self._file.newlines  # type: ignore[no-any-return]
 
     async def readable(self) -> bool:  # async in text mode, as in aiofiles
+        """Whether the file was opened for reading (a coroutine in text mode, as in aiofiles)."""
         if self._raw is None:
             return await self._in_executor(self._file.readable)
         return bool(self._file.readable())
 
     def detach(self) -> Any:
+        """Separate the underlying binary buffer from the text layer and return it; the wrapper is
+        then unusable, as after the builtin's ``detach()``."""
         self._end_line_budget()
         return self._file.detach()
 
@@ -1990,6 +2043,8 @@ class AsyncTextIOWrapper(AsyncBase[str]):
         return res
 
     async def read(self, size: int | None = -1, /) -> str:
+        """Read up to ``size`` characters (to end of file if negative or ``None``), decoded and with
+        newlines translated as the builtin's; ``""`` at end of file."""
         if self._raw is None:
             return str(await self._in_executor(self._file.read, size))
         if not self._try_lock():
@@ -2006,6 +2061,8 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             self._unlock()
 
     async def readline(self, size: int | None = -1, /) -> str:
+        """Read one line, with its (translated) line ending (at most ``size`` characters if ``size``
+        is not negative); ``""`` at end of file."""
         if type(size) is int and size == -1:  # (TextIOWrapper.readline refuses None)
             # A whole line, while the gate's budget says the window holds its end (as
             # ``async for`` reads them; a whole line read below raises the budget).
@@ -2049,6 +2106,7 @@ class AsyncTextIOWrapper(AsyncBase[str]):
                 self._line_gate().budget = min(grant, _GRANT_LINES)
 
     async def readlines(self, hint: int | None = -1, /) -> list[str]:
+        """Read the remaining lines, stopping once their total size exceeds ``hint`` (if > 0)."""
         if self._raw is None:
             return list(await self._in_executor(self._file.readlines, hint))
         if not self._try_lock():

@@ -147,8 +147,22 @@ def set_turn_min(size: int) -> None:
 
 
 pread: Callable[[int, int, int], Coroutine[Any, Any, bytes]]
+"""``await pread(fd, size, offset, /) -> bytes``: read up to ``size`` bytes at ``offset`` of the
+descriptor ``fd``, as ``os.pread`` (same errors), without blocking the loop. A page-cache hit
+completes inside the call, under the loop's inline budget; reads above the kernel's per-call
+limit are split; a short result means end of file. ``fd`` must have a position (a pipe or
+socket gets ``OSError(ESPIPE)``). A C function returning a coroutine object (``_core.Call``)
+with the extension built."""
 preadinto: Callable[[int, Any, int], Coroutine[Any, Any, int]]
+"""``await preadinto(fd, buffer, offset, /) -> int``: read into the writable ``buffer`` at
+``offset``; return the number of bytes read. The buffer stays exported (a bytearray cannot be
+resized) until the kernel is done with it, even if the awaiting task is cancelled."""
 pwrite: Callable[[int, Any, int], Coroutine[Any, Any, int]]
+"""``await pwrite(fd, data, offset, /) -> int``: write all of ``data`` at ``offset``, continuing
+short writes; return ``len(data)``. An error after a partial write carries
+``characters_written``. A write of up to 64 KiB to a local regular file is copied into the
+page cache inside the call, under the inline budget; others are queued (on the threads
+backend, to a worker)."""
 if _core is not None:
     # The same calls without a coroutine (csrc/call.c): their first step finds the engine and
     # does the call in C, and a call done inline returns at once; the functions above remain

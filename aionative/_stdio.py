@@ -78,8 +78,14 @@ class AsyncIndirectFileIO(AsyncIndirectBase, AsyncFileIO):
 
 
 stdin = AsyncTextIndirectIOWrapper("sys.stdin")
+"""``sys.stdin`` as an async text file (looked up on every call; calls run in the executor)."""
 stdout = AsyncTextIndirectIOWrapper("sys.stdout")
+"""``sys.stdout`` as an async text file (looked up on every call; calls run in the executor)."""
 stderr = AsyncTextIndirectIOWrapper("sys.stderr")
+"""``sys.stderr`` as an async text file (looked up on every call; calls run in the executor)."""
 stdin_bytes = AsyncIndirectBufferedIOBase("sys.stdin.buffer")  # no peek, as in aiofiles
+"""``sys.stdin.buffer`` as an async binary file (no ``peek``, as in aiofiles)."""
 stdout_bytes = AsyncIndirectBufferedIOBase("sys.stdout.buffer")
+"""``sys.stdout.buffer`` as an async binary file."""
 stderr_bytes = AsyncIndirectBufferedIOBase("sys.stderr.buffer")
+"""``sys.stderr.buffer`` as an async binary file."""

@@ -379,6 +379,8 @@ def engine_lifespan(inner: Lifespan | None = None, *, backend: str | None = None
 
     @asynccontextmanager
     async def run(app: Any) -> AsyncIterator[Any]:
+        """The lifespan: creates the running loop's engine at startup, drains and closes it at
+        shutdown."""
         get_engine(backend)
         try:
             if inner is None:
@@ -394,3 +396,5 @@ def engine_lifespan(inner: Lifespan | None = None, *, backend: str | None = None
 
 #: ``FastAPI(lifespan=lifespan)``: :func:`engine_lifespan` with no lifespan of yours.
 lifespan: Lifespan = engine_lifespan()
+"""``FastAPI(lifespan=lifespan)``: creates the engine at startup, drains and closes it at
+shutdown (:func:`engine_lifespan` around no lifespan of yours)."""

@@ -56,21 +56,34 @@ if hasattr(_os, "statvfs"):
 
 async def stat(path: StrPath | int, *, dir_fd: int | None = None, follow_symlinks: bool = True,
                loop: Any = None, executor: Any = None) -> _os.stat_result:
+    """``os.stat``: the file's status (``follow_symlinks=False``: ``os.lstat``'s).
+
+    On io_uring a kernel ``statx`` (no thread); elsewhere in the loop's default executor.
+    ``loop`` and ``executor`` are accepted for aiofiles' sake and unused."""
     return await _k.stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
 
 
 async def rename(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
                  dst_dir_fd: int | None = None, loop: Any = None, executor: Any = None) -> None:
+    """``os.rename``: rename ``src`` to ``dst``.
+
+    On io_uring a kernel ``renameat`` (no thread); elsewhere in the loop's default executor."""
     await _k.rename(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
 async def replace(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
                   dst_dir_fd: int | None = None, loop: Any = None, executor: Any = None) -> None:
+    """``os.replace``: rename ``src`` to ``dst``, replacing ``dst`` if it exists.
+
+    On io_uring a kernel ``renameat`` (no thread); elsewhere in the loop's default executor."""
     await _k.replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
 
 async def remove(path: StrPath, *, dir_fd: int | None = None, loop: Any = None,
                  executor: Any = None) -> None:
+    """``os.remove`` (also ``unlink``): delete the file ``path``.
+
+    On io_uring a kernel ``unlinkat`` (no thread); elsewhere in the loop's default executor."""
     await _k.unlink(path, dir_fd=dir_fd)
 
 
@@ -79,22 +92,34 @@ unlink = remove
 
 async def mkdir(path: StrPath, mode: int = 0o777, *, dir_fd: int | None = None,
                 loop: Any = None, executor: Any = None) -> None:
+    """``os.mkdir``: create the directory ``path`` with ``mode`` (less the umask).
+
+    On io_uring a kernel ``mkdirat`` (no thread); elsewhere in the loop's default executor."""
     await _k.mkdir(path, mode, dir_fd=dir_fd)
 
 
 async def rmdir(path: StrPath, *, dir_fd: int | None = None, loop: Any = None,
                 executor: Any = None) -> None:
+    """``os.rmdir``: remove the empty directory ``path``.
+
+    On io_uring a kernel ``unlinkat`` (no thread); elsewhere in the loop's default executor."""
     await _k.rmdir(path, dir_fd=dir_fd)
 
 
 async def symlink(src: StrPath, dst: StrPath, target_is_directory: bool = False, *,
                   dir_fd: int | None = None, loop: Any = None, executor: Any = None) -> None:
+    """``os.symlink``: create a symbolic link ``dst`` pointing to ``src``.
+
+    On io_uring a kernel ``symlinkat`` (no thread); elsewhere in the loop's default executor."""
     await _k.symlink(src, dst, target_is_directory, dir_fd=dir_fd)
 
 
 async def link(src: StrPath, dst: StrPath, *, src_dir_fd: int | None = None,
                dst_dir_fd: int | None = None, follow_symlinks: bool = True, loop: Any = None,
                executor: Any = None) -> None:
+    """``os.link``: create a hard link ``dst`` to ``src``.
+
+    On io_uring a kernel ``linkat`` (no thread); elsewhere in the loop's default executor."""
     await _k.link(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd,
                   follow_symlinks=follow_symlinks)
 

@@ -51,20 +51,26 @@ async def _stat_or_none(path: StrPath | int,
 
 
 async def exists(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> bool:
+    """``os.path.exists``: whether ``path`` names an existing file or directory (``False`` on any
+    ``OSError`` or ``ValueError``); a broken symlink does not exist."""
     return await _stat_or_none(path) is not None
 
 
 async def isfile(path: StrPath | int, *, loop: Any = None, executor: Any = None) -> bool:
+    """``os.path.isfile``: whether ``path`` is an existing regular file (symlinks followed)."""
     st = await _stat_or_none(path)
     return st is not None and _stat.S_ISREG(st.st_mode)
 
 
 async def isdir(s: StrPath | int, *, loop: Any = None, executor: Any = None) -> bool:
+    """``os.path.isdir``: whether ``s`` is an existing directory (symlinks followed)."""
     st = await _stat_or_none(s)
     return st is not None and _stat.S_ISDIR(st.st_mode)
 
 
 async def islink(path: StrPath, *, loop: Any = None, executor: Any = None) -> bool:
+    """``os.path.islink``: whether ``path`` is a symbolic link (a descriptor raises ``TypeError``,
+    as ``os.path.islink``)."""
     if isinstance(path, int):  # os.lstat takes no descriptor, and islink lets TypeError out
         raise TypeError("lstat: path should be string, bytes or os.PathLike, "
                         f"not {type(path).__name__}")
@@ -73,28 +79,34 @@ async def islink(path: StrPath, *, loop: Any = None, executor: Any = None) -> bo
 
 
 async def getsize(filename: StrPath | int, *, loop: Any = None, executor: Any = None) -> int:
+    """``os.path.getsize``: the size in bytes (raises ``OSError`` if it does not exist)."""
     return (await _k.stat(filename)).st_size
 
 
 async def getmtime(filename: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
+    """``os.path.getmtime``: the time of last modification, in seconds since the epoch."""
     return (await _k.stat(filename)).st_mtime
 
 
 async def getatime(filename: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
+    """``os.path.getatime``: the time of last access, in seconds since the epoch."""
     return (await _k.stat(filename)).st_atime
 
 
 async def getctime(filename: StrPath | int, *, loop: Any = None, executor: Any = None) -> float:
+    """``os.path.getctime``: the time of the last status change, in seconds since the epoch."""
     return (await _k.stat(filename)).st_ctime
 
 
 async def samefile(f1: StrPath | int, f2: StrPath | int, *, loop: Any = None,
                    executor: Any = None) -> bool:
+    """``os.path.samefile``: whether both paths name the same file (same device and inode)."""
     # One after the other, as os.path's: an error is the first path's when both fail.
     s1 = await _k.stat(f1)
     return os.path.samestat(s1, await _k.stat(f2))
 
 
 async def sameopenfile(fp1: int, fp2: int, *, loop: Any = None, executor: Any = None) -> bool:
+    """``os.path.sameopenfile``: whether both descriptors refer to the same file."""
     s1 = await _k.fstat(fp1)
     return os.path.samestat(s1, await _k.fstat(fp2))

@@ -704,6 +704,8 @@ class StaticFiles(_StarletteStaticFiles):
         self._absolute = {os.fspath(d): os.path.abspath(d) for d in self.all_directories}
 
     async def check_config(self) -> None:
+        """Check at startup that ``directory`` exists and is a directory (raising ``RuntimeError``
+        as Starlette's does), with the engine's ``stat``."""
         if not _on_asyncio():
             return await super().check_config()
         if self.directory is None:
@@ -717,6 +719,10 @@ class StaticFiles(_StarletteStaticFiles):
             raise RuntimeError(f"StaticFiles path '{self.directory}' is not a directory.")
 
     async def get_response(self, path: str, scope: Scope) -> Response:
+        """The response for ``path`` (relative to the mount): the file found through the engine, a
+        redirect or ``index.html``/``404.html`` in ``html`` mode, else ``HTTPException`` 404 (405
+        for a method other than GET and HEAD, 401 for a file that may not be read), as Starlette's.
+        """
         if not _on_asyncio():
             return await super().get_response(path, scope)
         if scope["method"] not in ("GET", "HEAD"):
@@ -773,6 +779,9 @@ class StaticFiles(_StarletteStaticFiles):
 
     def file_response(self, full_path: PathLike, stat_result: os.stat_result, scope: Scope,
                       status_code: int = 200) -> Response:
+        """The :class:`FileResponse` for a file found (or Starlette's ``NotModifiedResponse`` when
+        the request's ``If-None-Match``/``If-Modified-Since`` match); override it as in Starlette.
+        """
         response = FileResponse(full_path, status_code=status_code, stat_result=stat_result)
         if self.is_not_modified(response.headers, Headers(scope=scope)):
             return NotModifiedResponse(response.headers)
