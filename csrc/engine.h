@@ -40,7 +40,7 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
 /* The most one Linux AIO O_DIRECT re-issue reads (kaio.c, direct_setup): a larger read goes in
  * pieces of this size, one after another, through one bounce buffer of this size. One piece of
  * the whole read needed a second buffer as large as the caller's (a 256 MiB read held 512 MiB)
- * and stopped the loop for its copy-out (~200 ms here: docs/benchmarks.md, "Session 15"); the
+ * and stopped the loop for its copy-out (a fifth of a second for 256 MiB); the
  * block layer still splits each piece into requests the device takes at once. */
 #define DETOUR_MAX (4u << 20)
 
@@ -62,8 +62,8 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
  * loop's thread slept meanwhile). */
 #define GIL_WAIT_NS 50000u
 /* Larger writes go to the kernel queue: their copy outweighs the hand-off, and io_uring's
- * worker (or Linux AIO's io_submit, in one batch) keeps it off the loop's turns (W5F's 1 MiB
- * writes inline: 0.79-0.86x the sync loop against 0.82-0.99x queued, and more loop lag). */
+ * worker (or Linux AIO's io_submit, in one batch) keeps it off the loop's turns (1 MiB writes
+ * done inline ran slower than queued, with more loop lag: `python -m bench --workloads W5F`). */
 #define WRITE_INLINE_MAX (64u << 10)
 /* A buffered write of at least this many bytes is never copied into the page cache inside a
  * system call on the loop's thread, and starts at once rather than at the iteration's flush:

@@ -109,8 +109,8 @@ int inline_turn_spent(engine_t *e)
  *
  * Whether a read may go inline (not O_DIRECT) and whether a write may (write_eligible) are
  * learned by system calls: fcntl(F_GETFL), statx. Paid on every call, the fcntl alone was
- * ~14 % of a cached 4 KiB read's cost (1.77 against 1.53 µs at W1 N=64: docs/benchmarks.md,
- * "Session 21"). The kernel has no
+ * a seventh of a cached 4 KiB read's cost (`python -m bench.instructions` counts it). The
+ * kernel has no
  * cheaper way to tell that a number still names the same open file, so what was learned is
  * kept for the rest of the loop iteration (a new one begins when the loop polls), and
  * forgotten at once when the engine opens or closes that number (or is told: forget_fd, after
