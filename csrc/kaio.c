@@ -10,8 +10,8 @@
  * Buffered writes have no such way round: io_submit copies them into the page cache on the
  * loop's thread. A write of WRITE_ASYNC_MIN or more is therefore done by one of the engine's
  * writer threads (up to KAIO_WRITERS, started when first needed, at nice +WRITER_NICE) with
- * pwrite(2) from the caller's pinned buffer; the thread signals the same eventfd, and the reap finishes it like
- * any completion. Smaller writes stay with io_submit: their copy is cheaper than a hand-off.
+ * pwrite(2) from the caller's pinned buffer; the thread signals the same eventfd, and the
+ * reap finishes it like any completion. Smaller writes stay with io_submit: their copy is cheaper than a hand-off.
  *
  * fs.aio-max-nr is a system-wide budget, so contexts are small and kept in a process-wide
  * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
