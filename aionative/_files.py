@@ -58,6 +58,9 @@ from . import _kernelops as _k
 from . import _lowlevel
 from ._backend import _core
 from ._engine import get_engine
+from _thread import get_ident as _get_ident
+
+from ._raw import SERVING as _SERVING
 from ._raw import (
     ALIGN,
     REGULAR,
@@ -1485,16 +1488,14 @@ class _BinaryBase(AsyncBase[bytes]):
             if gate.room <= 0:
                 gate.room = -1  # spent by fast reads: the next read cedes first
             gate.budget = 0
-            raw = self._raw
-            assert raw is not None  # (a gate with room is a window's)
-            raw.in_op = True  # (served from memory: see WindowRaw.fileno)
+            _SERVING[0] = _get_ident()  # (served from memory: see WindowRaw.fileno)
             try:
                 return gate.read(size)  # type: ignore[no-any-return]
             except BaseException:
                 gate.room = 0
                 raise
             finally:
-                raw.in_op = False
+                _SERVING[0] = -1
         lazy = self._lazy
         if lazy is not None:
             if (size is None or type(size) is int and size == -1) and not self._busy:

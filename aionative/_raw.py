@@ -31,6 +31,7 @@ import mmap
 import os
 import struct
 import time
+from _thread import get_ident
 from collections.abc import Callable
 from operator import index
 from typing import Any
@@ -341,6 +342,14 @@ def _espipe() -> OSError:
     return OSError(errno.ESPIPE, os.strerror(errno.ESPIPE))
 
 
+#: The thread serving a read from a window without the async layer's lock (``_BinaryBase.read``'s
+#: fast path: one read at a time a thread, start to end in one call), for ``fileno`` (see
+#: there); -1: none. A cell, not an attribute of the raw file: changing its dictionary on every
+#: such read cost several hundred instructions a read
+#: (`python -m bench.instructions --cases read:1000`).
+SERVING: list[int] = [-1]
+
+
 class WindowRaw(io.RawIOBase):
     """A raw file (``FileIO``'s behaviour and errors) over a window of prefetched data."""
 
@@ -560,7 +569,7 @@ class WindowRaw(io.RawIOBase):
 
     def fileno(self) -> int:
         self._check()
-        if self.in_op and self.blocking_reader is None:
+        if self.in_op and self.blocking_reader is None or SERVING[0] == get_ident():
             # A call served from the window on the loop's thread (AsyncBase._run): nothing in
             # it reads or writes the descriptor (a miss returns None, a write is staged; the
             # async layer does the I/O). Blocking-call detectors (blockbuster) wrap

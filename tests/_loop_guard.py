@@ -13,6 +13,8 @@
   stack, is an error. A user's detector must never flag aionative, so every such call fails the
   test, even one aionative caught and recovered from.
 
+A hold the watchdog's sample shows in the test's own code (its set-up, a gather of thousands of
+coroutines: asyncio's work, not aionative's) does not fail the test; anything else does.
 ``@pytest.mark.blocks_the_loop(reason)`` exempts a test whose own body holds the loop on
 purpose (fault injection, a demonstration of a blocked loop); the reason is required.
 ``AIONATIVE_LOOP_GUARD=0`` turns the responsiveness guard off (to debug a test in a debugger,
@@ -57,9 +59,13 @@ T = TypeVar("T")
 # counted (gc.callbacks): a full collection of the test process's heap stops any loop for 15 ms
 # and more on 3.12, whatever code runs. Under the sanitizers (`make asan` preloads libasan and
 # runs with PYTHONMALLOC=malloc) every allocation and C call is several times slower: the bound
-# is four times longer there.
+# is four times longer there. Across the whole suite, beside two CPUs shared with other work,
+# a test's own set-up (files of several MiB made and compared in its body, which the sample
+# may miss when the hold ends just past the bound) ran 10-16 ms now and then: the suite-wide
+# bound is 20 ms, still a fifth of what a call that never yields holds; the targeted tests
+# (tests/test_responsiveness.py) keep 10 ms with the collector off.
 _SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "") or "ASAN_OPTIONS" in os.environ
-BOUND = float(os.environ.get("AIONATIVE_LOOP_GUARD_MS") or (40 if _SANITIZED else 10)) / 1000
+BOUND = float(os.environ.get("AIONATIVE_LOOP_GUARD_MS") or (80 if _SANITIZED else 20)) / 1000
 INTERVAL = 0.001  # the ticker's period: a gap also holds up to this much legitimate work
 ENABLED = os.environ.get("AIONATIVE_LOOP_GUARD", "1") != "0"
 
@@ -133,7 +139,7 @@ class _Guard:
         self.handle = self.loop.call_later(INTERVAL, self._tick)
 
     def report(self, what: str) -> str | None:
-        if self.worst <= BOUND:
+        if self.worst <= BOUND or _held_by_the_test(self.worst_stack):
             return None
         lines = [(f"{what} held the event loop for {self.worst * 1e3:.1f} ms of the loop "
                   f"thread's CPU time ({self.worst_wall * 1e3:.1f} ms wall) without letting the "
@@ -151,6 +157,29 @@ class _Guard:
             lines.append("(no stack sample: the hold was shorter than the watchdog's poll, or "
                          "held the GIL throughout)")
         return "\n".join(lines)
+
+
+_STDLIB = os.path.dirname(os.__file__)
+_TESTS = str(Path(__file__).parent)
+
+
+def _held_by_the_test(stack: list[traceback.FrameSummary] | None) -> bool:
+    """Whether the sample shows the test's own code holding the loop (its set-up of a 64 MiB
+    buffer, a gather of ten thousand coroutines), not aionative: no aionative frame on the
+    stack, and from the innermost frame out, past the standard library's and installed
+    packages' (asyncio creating the tasks a test gathers, the blocking-call detector's
+    wrappers), the first frame is the test module's. An aionative frame anywhere,
+    the loop running a callback (the engine's are C functions, invisible in the sample), or no
+    sample at all count against aionative."""
+    if not stack or any(f.filename.startswith(_PACKAGE) for f in stack):
+        return False
+    for f in reversed(stack):
+        if f.filename.startswith(_STDLIB) or "site-packages" in f.filename:
+            if f.name in ("_run", "_run_once", "run_forever", "run_until_complete"):
+                return False  # the loop running a callback: whose, the sample cannot say
+            continue
+        return f.filename.startswith(_TESTS) and not f.filename.endswith("_loop_guard.py")
+    return False
 
 
 class _Watchdog:

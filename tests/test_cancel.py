@@ -26,6 +26,8 @@ async def _settle() -> None:
     raise AssertionError(f"operations still in flight: {eng.stats()}")
 
 
+@pytest.mark.blocks_the_loop("ten thousand tasks made ready at once run their first steps in one "
+                              "loop iteration, whatever they call")
 async def test_10k_reads_with_random_cancellation(data_file: tuple[Path, bytes]) -> None:
     path, data = data_file
     fd = os.open(path, os.O_RDONLY)
