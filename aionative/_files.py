@@ -293,6 +293,7 @@ class AsyncBase(Generic[S]):
     _dirty = 0
     _readahead = _READAHEAD_MIN
     _bufsize = io.DEFAULT_BUFFER_SIZE
+    _passing: Any = None  # a text file's pass-through write (_open._PassingWrite)
     _unlink_on_close: Any = None  # a NamedTemporaryFile's path
     _unlink_on_exit: Any = None   # … with delete_on_close=False (3.12+)
     # Opened from a descriptor the caller holds: keep the descriptor's offset where
@@ -537,7 +538,7 @@ class AsyncBase(Generic[S]):
         """Write ``b`` through the synchronous stack (``fn``: its ``write``), letting a write
         larger than the buffer reach the kernel from the caller's object, as the builtin's
         buffered layer passes it to its raw file: ``owned`` (binary: ``b`` as staged, and its
-        size), or for text whatever the text layer encodes (``_PassingBuffer``). The buffered
+        size), or for text whatever the text layer encodes (``_open._PassingWrite``). The buffered
         layer does the rest as the builtin's does: it writes what it holds first, and keeps
         its own position. The staged write is pushed before the call ends (``write`` and
         ``writelines``), so the window need not hold a copy of it."""
@@ -545,11 +546,16 @@ class AsyncBase(Generic[S]):
         assert raw is not None
         raw.owned = owned
         raw.passing = True
+        passing = self._passing
+        if passing is not None:  # (only for this call: a finalizer's flush is the builtin's)
+            self._file.buffer.write = passing
         try:
             return self._run(fn or self._file.write, b)
         finally:
             raw.owned = None
             raw.passing = False
+            if passing is not None:
+                del self._file.buffer.write
 
     async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a synchronous call in the executor; the raw layer may read the descriptor."""

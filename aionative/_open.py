@@ -267,8 +267,9 @@ async def _wrap(fd: int, name: Any, owned: bool, mode: str, buffering: int,
 
 
 class _PassingWrite:
-    """A text file's buffered layer's ``write``, set on that (builtin) object itself: the
-    text layer hands it the bytes it encoded, and a write larger than the buffer, which the
+    """A text file's buffered layer's ``write``, set on that (builtin) object itself for the
+    length of a write call (``AsyncBase._pass_through``): the text layer hands it the bytes it
+    encoded, and a write larger than the buffer, which the
     builtin's buffered layer passes straight to its raw file, then reaches the kernel from
     those bytes rather than from a copy (see ``AsyncBase._pass_through``). Holds the buffered
     object weakly: set on it, a strong reference would make a cycle, and the builtin's file
@@ -401,8 +402,6 @@ async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | 
             result = AsyncBufferedReader(buffer, loop, executor, raw=raw, route=route)
         result._bufsize = buffering
         return _share(result, raw, name)
-    if writable and _TEXT_PASSES:
-        buffer.write = _PassingWrite(buffer, raw, buffering)  # type: ignore[method-assign, assignment]
     raw.in_op = True
     try:
         text = io.TextIOWrapper(buffer, encoding, errors, newline, line_buffering)
@@ -414,6 +413,8 @@ async def _build(fd: int, name: Any, mode: str, buffering: int, encoding: str | 
     text.mode = mode  # type: ignore[misc]  # io.open sets it too
     result = AsyncTextIOWrapper(text, loop, executor, raw=raw, route=route, newline=newline)
     result._bufsize = buffering
+    if writable and _TEXT_PASSES:
+        result._passing = _PassingWrite(buffer, raw, buffering)
     return _share(result, raw, name)
 
 

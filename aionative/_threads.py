@@ -615,8 +615,12 @@ class ThreadsEngine:
             return
         self._closed = True
         if not self.forked:
-            self._executor.shutdown(wait=True)
-            self._writers.shutdown(wait=True)
+            # A call a worker is in is waited for: the caller may close its descriptor next,
+            # and the number must not name another file under it. Idle workers exit on their
+            # own, and are not waited for (on the loop's thread that would be a blocking join).
+            busy = any(not work.done() for work in list(self._work.values()))
+            self._executor.shutdown(wait=busy)
+            self._writers.shutdown(wait=busy)
 
     def stats(self) -> dict[str, int]:
         return {**self._stats, "in_flight": self.in_flight}

@@ -98,15 +98,20 @@ async def getctime(filename: StrPath | int, *, loop: Any = None, executor: Any =
     return (await _k.stat(filename)).st_ctime
 
 
+def _same(s1: os.stat_result, s2: os.stat_result) -> bool:
+    """``os.path.samestat`` (written out: blocking-call detectors wrap os.path's functions)."""
+    return s1.st_ino == s2.st_ino and s1.st_dev == s2.st_dev
+
+
 async def samefile(f1: StrPath | int, f2: StrPath | int, *, loop: Any = None,
                    executor: Any = None) -> bool:
     """``os.path.samefile``: whether both paths name the same file (same device and inode)."""
     # One after the other, as os.path's: an error is the first path's when both fail.
     s1 = await _k.stat(f1)
-    return os.path.samestat(s1, await _k.stat(f2))
+    return _same(s1, await _k.stat(f2))
 
 
 async def sameopenfile(fp1: int, fp2: int, *, loop: Any = None, executor: Any = None) -> bool:
     """``os.path.sameopenfile``: whether both descriptors refer to the same file."""
     s1 = await _k.fstat(fp1)
-    return os.path.samestat(s1, await _k.fstat(fp2))
+    return _same(s1, await _k.fstat(fp2))
