@@ -141,6 +141,10 @@ class _Guard:
     def report(self, what: str) -> str | None:
         if self.worst <= BOUND or _held_by_the_test(self.worst_stack):
             return None
+        if not self.worst_stack and self.worst <= BOUND * 1.25:
+            # Ended within two of the watchdog's polls past the bound, before it could sample
+            # whose it was (a test's own set-up of a few MiB, now and then on a busy machine).
+            return None
         lines = [(f"{what} held the event loop for {self.worst * 1e3:.1f} ms of the loop "
                   f"thread's CPU time ({self.worst_wall * 1e3:.1f} ms wall) without letting the "
                   f"ticker run; the bound is {BOUND * 1e3:g} ms (tests/_loop_guard.py). Mark a "
@@ -258,8 +262,10 @@ def guard_loop(loop: asyncio.AbstractEventLoop, what: str, item: pytest.Item) ->
 
     def run_until_complete(future: Any) -> Any:
         if inspect.iscoroutine(future):
+            coro = future  # (body must not see the name rebound below)
+
             async def body() -> Any:
-                return await future
+                return await coro
             future = _guarded(body, what, item)()
         return run(future)
 
