@@ -227,6 +227,7 @@ class _Watchdog:
             # be over before the sample is.
             stack = traceback.StackSummary.extract(traceback.walk_stack(frame),
                                                    lookup_lines=False)
+            del frame  # (held while this thread sleeps, it would keep the test's locals alive)
             stack.reverse()
             if guard.gap == gap:
                 guard.sample = (gap, list(stack))
