@@ -1214,8 +1214,9 @@ class AsyncBase(Generic[S]):
         if not self._try_lock():
             await self._lock()
         try:
-            if not self._file.closed:  # IOBase.writelines checks that before iterating
-                lines = list(lines)
+            if self._file.closed:  # IOBase.writelines checks that before iterating
+                self._run(self._file.writelines, lines)
+            lines = list(lines)
             if self._text_layer:
                 self._pass_through(lines, None, self._file.writelines)
             elif any(_owned(x, self._bufsize) for x in lines):
