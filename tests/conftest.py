@@ -25,7 +25,7 @@ import time
 import types
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -371,3 +371,14 @@ def fd_of() -> Iterator[Callable[..., int]]:
             os.close(fd)
         except OSError:
             pass
+
+
+def unwrapped(fn: Any) -> Any:
+    """The function itself, not the wrapper the suite's blocking-call detector (blockbuster)
+    puts in its place while a test runs: it keeps the function in its closure as ``func``.
+    For tests that look at a standard function's signature or name."""
+    if getattr(fn, "__name__", "") == "wrapper" and getattr(fn, "__closure__", None):
+        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__, strict=True))
+        if "func" in cells:
+            return cells["func"].cell_contents
+    return fn

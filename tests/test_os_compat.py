@@ -12,6 +12,8 @@ import pytest
 import aionative.os as aos
 import aionative.ospath as aospath
 
+from .conftest import unwrapped
+
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
 
 
@@ -94,7 +96,8 @@ async def test_ospath(tmp_path: Path) -> None:
 
 def _parameters(fn: Any) -> list[tuple[str, Any, Any]]:
     """Name, kind and default of each parameter, leaving out aiofiles' ``loop``/``executor``."""
-    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()
+    return [(p.name, p.kind, p.default)
+            for p in inspect.signature(unwrapped(fn)).parameters.values()
             if p.name not in ("loop", "executor")]
 
 
@@ -116,7 +119,7 @@ async def test_the_ospath_functions_take_their_argument_by_name(tmp_path: Path) 
     f.write_bytes(b"abc")
     for name in ("exists", "isfile", "isdir", "islink", "getsize", "getmtime", "getatime",
                  "getctime", "abspath", "ismount"):
-        (param,) = inspect.signature(getattr(os.path, name)).parameters
+        (param,) = inspect.signature(unwrapped(getattr(os.path, name))).parameters
         for arg in (f, tmp_path):
             assert await getattr(aospath, name)(**{param: arg}) == getattr(os.path, name)(
                 **{param: arg}), (name, arg)
