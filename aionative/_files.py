@@ -547,15 +547,21 @@ class AsyncBase(Generic[S]):
         raw.owned = owned
         raw.passing = True
         passing = self._passing
+        buffer = None
         if passing is not None:  # (only for this call: a finalizer's flush is the builtin's)
-            self._file.buffer.write = passing
+            try:
+                buffer = self._file.buffer  # (None, or ValueError, once detached)
+            except ValueError:
+                pass
+            if buffer is not None:
+                buffer.write = passing
         try:
             return self._run(fn or self._file.write, b)
         finally:
             raw.owned = None
             raw.passing = False
-            if passing is not None:
-                del self._file.buffer.write
+            if buffer is not None:
+                del buffer.write
 
     async def _run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a synchronous call in the executor; the raw layer may read the descriptor."""
@@ -2221,12 +2227,18 @@ def _write_each(f: AsyncBase[Any], lines: list[Any]) -> None:
     if file.closed:
         file.writelines(lines)  # the builtin's error
         return
+    raw = f._raw
+    assert raw is not None
     for line in lines:
         owned = _owned(line, f._bufsize)
         if owned is None:
             file.write(line)
-        else:
-            f._pass_through(line, owned)
+            continue
+        raw.owned = owned  # (within the caller's one _run: see _pass_through)
+        try:
+            file.write(line)
+        finally:
+            raw.owned = None
 
 
 def _pwrite_args(data: Any, offset: Any) -> tuple[bytes | memoryview, int]:

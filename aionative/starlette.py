@@ -21,6 +21,7 @@ import asyncio
 import calendar
 import errno
 import fcntl
+import mimetypes
 import os
 import stat
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -46,6 +47,11 @@ __all__ = ["FileResponse", "StaticFiles"]
 PathLike = str | os.PathLike[str]
 
 _FD_DIR = "/proc/self/fd/"
+
+# The media types a response guesses from its path come from the system's tables, read (files
+# opened and stat'ed) the first time one is asked for: here, at import, not on the loop's
+# thread in the first request (Starlette's FileResponse guesses in its constructor).
+mimetypes.init()
 
 
 # ---------------------------------------------------------------- opening and stat-ing

@@ -332,6 +332,8 @@ async def run_scenario(tmp: Path, sc: dict[str, Any]) -> None:
     assert pa.read_bytes() == pb.read_bytes(), f"contents differ after {log}"
 
 
+@pytest.mark.blocks_the_loop("each example runs the builtin's file beside aionative's, "
+                              "in one coroutine: the builtin's I/O blocks, on purpose")
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=False,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
@@ -341,6 +343,8 @@ def test_same_as_builtin_open(backend: str, loop: asyncio.AbstractEventLoop, tmp
     loop.run_until_complete(run_scenario(tmp_path, sc))
 
 
+@pytest.mark.blocks_the_loop("each example runs the builtin's file beside aionative's, "
+                              "in one coroutine: the builtin's I/O blocks, on purpose")
 @settings(max_examples=max(EXAMPLES // 3, 1), deadline=None, derandomize=False,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])

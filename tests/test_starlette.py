@@ -470,8 +470,8 @@ async def test_file_changing_size_while_served(files: Path) -> None:
     # Grows after the headers: exactly the announced bytes go out (Starlette sends the extra
     # bytes past its Content-Length, which a server then rejects).
     async def grow(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            append(path, b"x" * 300_000)
+        if message["type"] == "http.response.start":  # (the server's own work: off the loop)
+            await asyncio.to_thread(append, path, b"x" * 300_000)
 
     messages = await _call(FileResponse(path), {}, None, grow)
     body = b"".join(m["body"] for m in messages if m["type"] == "http.response.body")
@@ -575,6 +575,8 @@ async def test_fifo_whose_open_goes_to_a_kernel_worker(tmp_path: Path) -> None:
         os.close(dir_fd)
 
 
+@pytest.mark.blocks_the_loop("its server side or hook, called back from the response, "
+                              "touches files synchronously, on purpose")
 @pytest.mark.asyncio
 async def test_conditional_get_validators_and_body_of_one_file(files: Path,
                                                                 monkeypatch: pytest.MonkeyPatch
@@ -748,6 +750,8 @@ async def test_static_files_same_as_starlette(tree: Path) -> None:
                 assert normalised(r1) == normalised(r2), (html, method, url, headers)
 
 
+@pytest.mark.blocks_the_loop("its server side or hook, called back from the response, "
+                              "touches files synchronously, on purpose")
 @pytest.mark.asyncio
 async def test_static_subclass_serving_another_file_sends_that_file(tmp_path: Path) -> None:
     """A subclass's ``file_response`` (Starlette's override point) that serves a
@@ -923,6 +927,8 @@ async def test_static_unencodable_path_leaves_no_descriptor(tree: Path) -> None:
         assert open_fds_to(static) == 0 and open_fds_to(static / "sub") == 0
 
 
+@pytest.mark.blocks_the_loop("its server side or hook, called back from the response, "
+                              "touches files synchronously, on purpose")
 @pytest.mark.asyncio
 async def test_static_symlink_swapped_in_during_the_request(tree: Path,
                                                              monkeypatch: pytest.MonkeyPatch
