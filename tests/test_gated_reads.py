@@ -181,8 +181,7 @@ async def test_a_long_line_past_the_window(backend: str, tmp_path: Path) -> None
     async with aionative.open(path, "rb") as f:
         want = [line + b"\n" for line in data.split(b"\n")[:-1]]
         assert [await f.readline() for _ in range(5)] == want + [b"", b""]
-
-
+@pytest.mark.blocks_the_loop("reads a MiB-sized file with the builtin beside aionative's, in its body")
 async def test_readline_reads_no_further_ahead_for_its_budget(backend: str,
                                                               tmp_path: Path) -> None:
     """A long second line: readline() fetches what the line needs, as before — counting the
@@ -262,6 +261,7 @@ async def test_a_decoding_error_ends_the_line_budget(backend: str, tmp_path: Pat
     assert got == want and "error" in got
 
 
+@pytest.mark.blocks_the_loop("reads a 3 MiB file with the builtin beside aionative's, in its body")
 @pytest.mark.parametrize("buffering", [300_000, 1 << 19, 1 << 20])
 async def test_a_buffer_larger_than_the_window_fills_as_the_builtins(
         backend: str, tmp_path: Path, buffering: int, no_blocking_reads: None) -> None:

@@ -191,8 +191,7 @@ def test_real_server_range_floods(tmp_path: Path) -> None:
         status, body = raw_request(base, "/ours/f.bin", f"Range: {overlapping}\r\n")
         assert status == 206 and body == data
         assert time.perf_counter() - t0 < 5
-
-
+@pytest.mark.blocks_the_loop("grows the file synchronously while it is served, on purpose")
 def test_real_server_file_grows_while_served(tmp_path: Path) -> None:
     path = tmp_path / "log.bin"
     original = os.urandom(500_000)
