@@ -20,6 +20,7 @@ import gc
 import importlib
 import mmap
 import os
+import subprocess
 import sys
 import time
 import types
@@ -382,3 +383,19 @@ def unwrapped(fn: Any) -> Any:
         if "func" in cells:
             return cells["func"].cell_contents
     return fn
+
+
+def unpacked_sdist(requirement: str, where: Path) -> Path:
+    """Download ``requirement``'s sdist from PyPI into ``where`` and unpack it; its top
+    directory. Skips the test when it cannot be had (no network, no such release)."""
+    import tarfile
+    name = requirement.split("==")[0]
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                          "--no-binary", ":all:", requirement, "-d", str(where)],
+                         capture_output=True, text=True, check=False)
+    sdists = list(where.glob(f"{name}-*.tar.gz"))
+    if got.returncode != 0 or not sdists:
+        pytest.skip(f"the {requirement} sdist could not be downloaded: {got.stderr[-500:]}")
+    with tarfile.open(sdists[0]) as tar:
+        tar.extractall(where, filter="data")
+    return next(p for p in where.iterdir() if p.is_dir())

@@ -17,12 +17,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from .conftest import BACKENDS, LOOP_FACTORIES
+from .conftest import BACKENDS, LOOP_FACTORIES, unpacked_sdist
 
 AIOFILES = "aiofiles==25.1.0"
 
@@ -52,15 +51,7 @@ if os.environ.get("SUITE_LOOP") == "uvloop":
 @pytest.fixture(scope="module")
 def aiofiles_tests(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("aiofiles-sdist")
-    got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                          "--no-binary", ":all:", AIOFILES, "-d", str(where)],
-                         capture_output=True, text=True, check=False)
-    sdists = list(where.glob("aiofiles-*.tar.gz"))
-    if got.returncode != 0 or not sdists:
-        pytest.skip(f"the {AIOFILES} sdist could not be downloaded: {got.stderr[-500:]}")
-    with tarfile.open(sdists[0]) as tar:
-        tar.extractall(where, filter="data")
-    root = next(p for p in where.iterdir() if p.is_dir())
+    root = unpacked_sdist(AIOFILES, where)
     (root / "tests" / "conftest.py").write_text(ALIASES)
     return root
 

@@ -34,12 +34,11 @@ import importlib.metadata
 import os
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from .conftest import BACKENDS, LOOP_FACTORIES, child_env
+from .conftest import BACKENDS, LOOP_FACTORIES, child_env, unpacked_sdist
 
 pytest.importorskip("starlette")
 
@@ -140,15 +139,7 @@ def starlette_tests(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(f"Starlette 1.10's tests need Starlette 1.10, not {VERSION}")
     where = tmp_path_factory.mktemp("starlette-sdist")
     wanted = f"starlette=={VERSION}"
-    got = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                          "--no-binary", ":all:", wanted, "-d", str(where)],
-                         capture_output=True, text=True, check=False)
-    sdists = list(where.glob("starlette-*.tar.gz"))
-    if got.returncode != 0 or not sdists:
-        pytest.skip(f"the {wanted} sdist could not be downloaded: {got.stderr[-500:]}")
-    with tarfile.open(sdists[0]) as tar:
-        tar.extractall(where, filter="data")
-    root = next(p for p in where.iterdir() if p.is_dir())
+    root = unpacked_sdist(wanted, where)
     (root / "aionative_in_starlette.py").write_text(SWAP)
     conftest = root / "tests" / "conftest.py"
     conftest.write_text(conftest.read_text() + CONFTEST)
