@@ -48,6 +48,7 @@ import os
 import stat
 import sys
 import warnings
+from _thread import get_ident as _get_ident
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from concurrent.futures import Executor
 from functools import partial
@@ -58,9 +59,6 @@ from . import _kernelops as _k
 from . import _lowlevel
 from ._backend import _core
 from ._engine import get_engine
-from _thread import get_ident as _get_ident
-
-from ._raw import SERVING as _SERVING
 from ._raw import (
     ALIGN,
     REGULAR,
@@ -80,6 +78,7 @@ from ._raw import (
     ssize_t,
     unlock_blocks,
 )
+from ._raw import SERVING as _SERVING
 from ._threads import ThreadsEngine
 
 if TYPE_CHECKING:
@@ -842,7 +841,7 @@ class AsyncBase(Generic[S]):
                                 await _until_done(fut)
                                 # Done with it: the caller's buffer is no longer exported
                                 # (what is reported later needs only the write's length).
-                                view, data = data, range(len(data))  # type: ignore[assignment]
+                                view, data = data, range(len(data))
                                 view.release()
                             self._unfinished.append((fut, off, data, positional))
                             self._unfinished_staged = staged
@@ -2175,12 +2174,11 @@ def _as_builtins(exc: OSError) -> int:
     """A file object's write error as the builtin's: FileIO's OSError says nothing of how
     much was written (the engines' carries ``characters_written``; the file's position and
     size already account for it). Returns that count (0: none)."""
-    try:
-        written = int(exc.characters_written)
-    except AttributeError:
+    written = getattr(exc, "characters_written", None)
+    if written is None:
         return 0
-    del exc.characters_written
-    return written
+    del exc.characters_written  # type: ignore[attr-defined]
+    return int(written)
 
 
 class _Short(Exception):

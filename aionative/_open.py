@@ -277,8 +277,7 @@ class _PassingWrite:
 
     __slots__ = ("_buffer", "_raw", "_size", "_write")
 
-    def __init__(self, buffer: io.BufferedWriter | io.BufferedRandom, raw: WindowRaw,
-                 size: int) -> None:
+    def __init__(self, buffer: io.BufferedIOBase, raw: WindowRaw, size: int) -> None:
         self._buffer = weakref.ref(buffer)
         self._raw = raw
         self._size = size
@@ -286,6 +285,8 @@ class _PassingWrite:
 
     def __call__(self, b: Any, /) -> int:
         buffer, raw = self._buffer(), self._raw
+        if buffer is None:  # (only the buffer itself calls this, and it is alive)
+            raise ValueError("I/O operation on closed file.")
         if raw.passing and type(b) is bytes and len(b) > self._size:
             raw.owned = (b, len(b))
             try:
@@ -299,9 +300,14 @@ def _text_calls_instance_write() -> bool:
     """Whether a ``TextIOWrapper`` finds its buffer's ``write`` as Python code would (an
     attribute set on the object comes before the type's method), so ``_PassingWrite`` is
     used; else text writes take the builtin's path, one copy more."""
-    seen: list[bytes] = []
+    seen: list[Any] = []
+
+    def write(b: Any, /) -> int:
+        seen.append(b)
+        return len(b)
+
     buffer = io.BufferedWriter(io.BytesIO(), 16)
-    buffer.write = lambda b, /: seen.append(b) or len(b)  # type: ignore[method-assign]
+    buffer.write = write  # type: ignore[method-assign]
     text = io.TextIOWrapper(buffer, "ascii", write_through=True)
     text.write("x")
     return seen == [b"x"]

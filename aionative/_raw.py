@@ -770,8 +770,8 @@ class WindowRaw(io.RawIOBase):
             return
         # Past the window: extend it only across a hole after a known end of file (zeros).
         if end <= wstart or off > wend and old_eof != wend:
-            if appended:
-                self.buf, self.wstart = data, off
+            if appended:  # (never the caller's object: an owned write returned above)
+                self.buf, self.wstart = bytes(data) if type(data) is not bytes else data, off
             return
         buf = self._mutable()
         if end > wend:

@@ -112,10 +112,9 @@ async def _child(case: str, impl: str, calls: int) -> None:
 
         try:
             if impl == "builtin":
-                p, j = os.pread, 0
-                for _ in range(total):
+                p = os.pread
+                for j in range(total):
                     p(fd, 4096, offs[j & 4095])
-                    j += 1
             else:
                 await asyncio.gather(*(w1_reader(k, total // n) for k in range(n)))
         finally:

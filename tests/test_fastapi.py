@@ -15,7 +15,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 from typing import Annotated, Any
 
 import httpx

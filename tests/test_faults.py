@@ -243,9 +243,10 @@ async def test_tiny_queues_lose_nothing(native_backend: str, data_file: tuple[Pa
     loop.add_reader(eng.fileno(), eng._on_ready)
     try:
         n = 2000
-        reads = [eng.pread(fd, 512, (i * 512) % (len(data) - 512)) for i in range(n)]
+        offsets = [(i * 512) % (len(data) - 512) for i in range(n)]
+        reads = [eng.pread(fd, 512, off) for off in offsets]
         got = await _within(asyncio.gather(*reads))
-        assert got == [data[(i * 512) % (len(data) - 512):][:512] for i in range(n)]
+        assert got == [data[off:off + 512] for off in offsets]
         st = eng.stats()
         assert st["queued"] > 0            # most had to wait for room
         assert st["completed"] >= n and st["in_flight"] == 0

@@ -13,7 +13,6 @@ fast path off, so reads go through the kernel queue too.
 from __future__ import annotations
 
 import array
-
 import asyncio
 import os
 from collections.abc import Callable
