@@ -197,7 +197,7 @@ def _create(loop: asyncio.AbstractEventLoop, backend: str | None) -> _Entry:
         engine: EngineLike
         budget = inline_budget(name)
         if name == "threads":
-            engine = ThreadsEngine(loop)
+            engine = ThreadsEngine(loop, get_engine)
             engine.inline_budget_us = budget
             return _Entry(loop, engine, rejected)
         assert _backend._core is not None

@@ -10,8 +10,9 @@ import stat
 from typing import Any
 
 from . import _kernelops as _k
+from ._awaiting import await_op
 from ._engine import get_engine
-from ._lowlevel import await_op, pwrite
+from ._lowlevel import pwrite
 from ._open import open_file
 from ._threads import ThreadsEngine
 

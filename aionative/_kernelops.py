@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._awaiting import await_op
 from ._engine import get_engine
-from ._lowlevel import await_op
 from ._threads import ThreadsEngine
 from ._threads import one_turn as one_turn  # re-exported: _files and after_a_turn turn with it
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from . import _kernelops as _k
 from . import _threads
+from ._awaiting import await_op
+from ._awaiting import settle_cancelled as settle_cancelled  # (the file layer waits with it)
 from ._backend import _core
 from ._engine import get_engine
-
-T = TypeVar("T")
 
 
 class _HasFileno(Protocol):
@@ -21,30 +21,6 @@ class _HasFileno(Protocol):
 
 
 FileDescriptorLike = int | _HasFileno
-
-
-async def await_op(engine: Any, fut: Awaitable[T]) -> T:
-    """Await an engine operation; if the awaiting task is cancelled, cancel the operation and
-    return (raising CancelledError) only once the kernel is done with its memory."""
-    try:
-        return await fut
-    except asyncio.CancelledError:
-        await settle_cancelled(engine, fut)
-        raise
-
-
-async def settle_cancelled(engine: Any, fut: Awaitable[Any]) -> None:
-    """Cancel the operation of ``fut`` and wait until the kernel (or the threads backend's
-    worker) can no longer read or write its memory: a request already running — a read the
-    device is doing — lands in the caller's buffer first, and a caller free to reuse that
-    buffer once its await ends would find it overwritten. Cancellations meanwhile cancel only
-    this wait; the caller raises its own CancelledError afterwards."""
-    while (waiter := engine.cancel_wait(fut)) is not None:
-        try:
-            await waiter
-            return
-        except asyncio.CancelledError:
-            continue  # (the waiter itself was cancelled: ask again)
 
 
 async def _pread(fd: int, size: int, offset: int) -> bytes:

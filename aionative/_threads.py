@@ -210,8 +210,12 @@ class ThreadsEngine:
 
     backend = "threads"
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_workers: int | None = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, current_engine: Callable[[], Any],
+                 max_workers: int | None = None) -> None:
         self._loop_ref = weakref.ref(loop)  # the registry must not keep a finished loop alive
+        # The loop's engine now (aionative._engine.get_engine): a read refused while this one
+        # was closed moves to it.
+        self._current_engine = current_engine
         self._pid = os.getpid()
         self._executor = ThreadPoolExecutor(max_workers or min(32, (os.cpu_count() or 1) + 4),
                                             thread_name_prefix="aionative-io")
@@ -518,9 +522,7 @@ class ThreadsEngine:
                 # close_engine() while it waited ("the next operation makes a new one"): the
                 # loop's engine reads it, without a retry flag, as the native engines' calls
                 # move (csrc/call.c, call_after_turn; _kernelops._Deferred).
-                from ._engine import get_engine  # (it imports this module)
-
-                eng = get_engine()
+                eng = self._current_engine()
                 res = getattr(eng, method)(*args[:3])
                 if asyncio.iscoroutine(res):  # a threads engine's large read, after its turn
                     res = asyncio.ensure_future(res)

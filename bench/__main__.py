@@ -37,12 +37,13 @@ import shutil
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from bench import fio, plots, report, targets
 from bench.common import (
     DATA_DIR,
+    DEFAULT_READERS,
+    PROFILES,
     REPO_ROOT,
     RESULTS_DIR,
     JSONDict,
@@ -63,23 +64,10 @@ from bench.harness import (
 )
 from bench.report import render
 
-DEFAULT_READERS = (1, 8, 64, 256)
 DEFAULT_WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5-tmpfs", "W5F", "W5F-tmpfs", "W6", "W7",
                      "W8", "W8-tmpfs")
 TMPFS_DIR = Path("/dev/shm")
 PLOTS_DIR = REPO_ROOT / "docs" / "img"
-
-
-@dataclass(frozen=True)
-class Profile:
-    timing: Timing
-    repeats: int
-
-
-PROFILES = {
-    "quick": Profile(Timing(warmup=0.2, duration=1.5), repeats=1),
-    "full": Profile(Timing(warmup=0.3, duration=2.0), repeats=3),
-}
 
 
 def _csv(values: Sequence[str]) -> list[str]:

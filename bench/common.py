@@ -44,6 +44,21 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class Profile:
+    """A run's length: each cell's timing, and how many times the grid runs."""
+
+    timing: Timing
+    repeats: int
+
+
+PROFILES = {
+    "quick": Profile(Timing(warmup=0.2, duration=1.5), repeats=1),
+    "full": Profile(Timing(warmup=0.3, duration=2.0), repeats=3),
+}
+DEFAULT_READERS = (1, 8, 64, 256)  # concurrency levels, where a workload names none
+
+
+@dataclass(frozen=True)
 class System:
     """A parsed system name: ``sync`` (or ``sync.<variant>``), ``<kind>-<loop>``,
     ``aionative-<backend>-<loop>``, ``aionative.<helper>-<backend>-<loop>`` (an aionative API

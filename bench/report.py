@@ -459,8 +459,7 @@ def command(doc: JSONDict) -> str:
     the settings the results record: profile, timing, runs, concurrency levels)."""
     if doc.get("command"):
         return str(doc["command"])
-    from bench.__main__ import DEFAULT_READERS, PROFILES
-    from bench.common import Variant
+    from bench.common import DEFAULT_READERS, PROFILES, Variant
 
     name, profile = doc["workload"], doc["profile"]
     parts = ["python -m bench", "--workloads", name]
