@@ -143,19 +143,6 @@ async def _open_stat(eng: EngineLike, path: str, encoded: bytes | None = None
         raise
 
 
-async def _path_stat(eng: EngineLike, path: str, encoded: bytes | None = None
-                     ) -> tuple[int, os.stat_result]:
-    """``_path_stat_blocking`` through the engine where it opens."""
-    if not _native(eng, "openat"):
-        return await _in_worker(_path_stat_blocking, path)
-    fd = await _openat(eng, path, os.O_PATH | os.O_CLOEXEC, encoded)
-    try:
-        return fd, os.fstat(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 async def _settle(fut: asyncio.Future[Any]) -> None:
     """Wait until an engine operation is over (whatever happens to the waiting task), so its
     descriptor can be closed: a read still queued for the kernel names the descriptor by
