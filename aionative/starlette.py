@@ -40,6 +40,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from . import _kernelops as _k
 from ._engine import EngineLike, get_engine
+from ._settle import settle
 from ._threads import ThreadsEngine
 
 __all__ = ["FileResponse", "StaticFiles"]
@@ -141,22 +142,6 @@ async def _open_stat(eng: EngineLike, path: str, encoded: bytes | None = None
     except BaseException:
         os.close(fd)
         raise
-
-
-async def _settle(fut: asyncio.Future[Any]) -> None:
-    """Wait until an engine operation is over (whatever happens to the waiting task), so its
-    descriptor can be closed: a read still queued for the kernel names the descriptor by
-    number, and a number closed and reused meanwhile would be read instead."""
-    cancelled = False
-    while not fut.done():
-        try:
-            await asyncio.wait((fut,))
-        except asyncio.CancelledError:
-            cancelled = True
-    if not fut.cancelled():
-        fut.exception()
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 # ---------------------------------------------------------------- request headers
@@ -277,7 +262,7 @@ class _Transfer:
         fd, self.fd = self.fd, -1
         try:
             if self.pending is not None:
-                await _settle(self.pending)
+                await settle(self.pending)
         finally:
             self.pending = None
             if fd >= 0:
@@ -858,7 +843,7 @@ async def _open_at(eng: EngineLike, dir_fd: int, name: bytes, flags: int, filena
         fut.add_done_callback(_k._close_result)
         settled = eng.cancel_wait(fut)
         if settled is not None:
-            await _settle(settled)
+            await settle(settled)
         raise
 
 
