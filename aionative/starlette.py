@@ -18,15 +18,12 @@ Needs ``starlette`` (``pip install aionative[starlette]``); ``import aionative``
 from __future__ import annotations
 
 import asyncio
-import calendar
 import errno
 import fcntl
 import mimetypes
 import os
 import stat
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from email.utils import parsedate_tz
-from secrets import token_hex
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.background import BackgroundTask
@@ -40,6 +37,17 @@ from starlette.types import Message, Receive, Scope, Send
 
 from . import _kernelops as _k
 from ._engine import EngineLike, get_engine
+from ._http_ranges import (
+    BodyPlan,
+    MalformedRange,
+    UnsatisfiableRange,
+    if_range_matches,
+    multipart_byteranges,
+    not_modified,
+    parse_range,
+    range_and_conditions,
+    reads,
+)
 from ._settle import settle
 from ._threads import ThreadsEngine
 
@@ -144,107 +152,6 @@ async def _open_stat(eng: EngineLike, path: str, encoded: bytes | None = None
         raise
 
 
-# ---------------------------------------------------------------- request headers
-
-
-def _request_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
-    """The first ``Range``, ``If-Range``, ``If-None-Match`` and ``If-Modified-Since`` (what
-    ``Headers.get`` returns), in one pass over the raw list."""
-    rng = if_range = inm = ims = None
-    for key, value in scope.get("headers", ()):
-        if key == b"range":
-            if rng is None:
-                rng = value.decode("latin-1")
-        elif key == b"if-range":
-            if if_range is None:
-                if_range = value.decode("latin-1")
-        elif key == b"if-none-match":
-            if inm is None:
-                inm = value.decode("latin-1")
-        elif key == b"if-modified-since" and ims is None:
-            ims = value.decode("latin-1")
-    return rng, if_range, inm, ims
-
-
-def _http_date(value: str) -> int | None:
-    """Seconds since the epoch of an HTTP date (any zone), or None if it is not one."""
-    parts = parsedate_tz(value)
-    if parts is None:
-        return None
-    try:
-        return calendar.timegm(parts[:6]) - (parts[9] or 0)
-    except (ValueError, OverflowError):  # a year past 9999, or numbers too large for a date
-        return None
-
-
-class _Malformed(Exception):
-    def __init__(self, content: str = "Malformed range header.") -> None:
-        super().__init__(content)
-        self.content = content
-
-
-class _Unsatisfiable(Exception):
-    pass
-
-
-def _number(text: str) -> int | None:
-    # RFC 9110's 1*DIGIT: no sign, underscore or non-ASCII digit, all of which int() accepts.
-    if text.isascii() and text.isdigit():
-        try:
-            return int(text)
-        except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
-            return None
-    return None
-
-
-def _parse_range(value: str, size: int, max_ranges: int) -> list[tuple[int, int]]:
-    """The ``[start, end)`` byte ranges a ``Range`` header asks of a ``size``-byte file, sorted
-    and merged when there are several — Starlette's rules, in time linear in the header's
-    length. Raises ``_Malformed`` (400) or ``_Unsatisfiable`` (416)."""
-    units, sep, spec = value.partition("=")
-    if not sep:
-        raise _Malformed
-    if units.strip().lower() != "bytes":
-        raise _Malformed("Only support bytes range")
-    if spec.count(",") >= max_ranges:
-        raise _Unsatisfiable  # an excessive number of ranges (RFC 9110 §15.5.17)
-    ranges: list[tuple[int, int]] = []
-    for part in spec.split(","):
-        first, dash, last = part.strip().partition("-")
-        if not dash:
-            continue
-        first, last = first.strip(), last.strip()
-        if first:
-            start = _number(first)
-            stop = _number(last) if last else None
-            if start is None or (last and stop is None):
-                continue
-            end = stop + 1 if stop is not None and stop < size else size
-        else:
-            suffix = _number(last) if last else None
-            if suffix is None:
-                continue
-            start, end = max(size - suffix, 0), size
-        ranges.append((start, end))
-    if not ranges:
-        raise _Malformed("Range header: range must be requested")
-    if any(not 0 <= start < size for start, _ in ranges):
-        raise _Unsatisfiable
-    if any(start >= end for start, end in ranges):
-        raise _Malformed("Range header: start must be less than end")
-    if len(ranges) == 1:
-        return ranges
-    ranges.sort()
-    merged = [ranges[0]]
-    for start, end in ranges[1:]:
-        last_start, last_end = merged[-1]
-        if start <= last_end:
-            merged[-1] = (last_start, max(last_end, end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
 # ---------------------------------------------------------------- the response
 
 
@@ -323,53 +230,9 @@ class FileResponse(_StarletteFileResponse):
             self._fd = -1
 
     def _should_use_range(self, http_if_range: str) -> bool:
-        if http_if_range.startswith("W/"):
-            return False
-        return http_if_range in (self.headers.get("last-modified"), self.headers.get("etag"))
-
-    def _not_modified(self, if_none_match: str | None, if_modified_since: str | None) -> bool:
-        """RFC 9110 §13.1.2–3: ``If-None-Match`` (weak comparison) decides when present, else
-        ``If-Modified-Since`` against ``Last-Modified`` (any zone; invalid dates ignored)."""
-        if if_none_match:
-            if if_none_match.strip() == "*":
-                return True
-            etag = self.headers.get("etag")
-            if etag is None:
-                return False
-            return etag.removeprefix("W/") in [tag.strip().removeprefix("W/")
-                                               for tag in if_none_match.split(",")]
-        if if_modified_since:
-            since = _http_date(if_modified_since)
-            modified = _http_date(self.headers.get("last-modified", ""))
-            return since is not None and modified is not None and modified <= since
-        return False
-
-    def _reads(self, start: int, end: int) -> Iterator[tuple[int, int]]:
-        """``[start, end)`` in reads of ``chunk_size`` (offset, size): Starlette's chunks."""
-        chunk = self.chunk_size
-        for offset in range(start, end, chunk):
-            yield offset, min(chunk, end - offset)
-
-    def _multipart(self, ranges: list[tuple[int, int]], size: int
-                   ) -> tuple[str, int, list[bytes | tuple[int, int]]]:
-        """The boundary, the length and the messages of a ``multipart/byteranges`` body, framed
-        as Starlette frames it: each part's headers, each chunk of its bytes, the ``CRLF``
-        after them, each in a message of its own, then the closing boundary."""
-        boundary = token_hex(13)
-        content_type = self.headers["content-type"]
-        plan: list[bytes | tuple[int, int]] = []
-        length = 0
-        for start, end in ranges:
-            head = (f"--{boundary}\r\n"
-                    f"Content-Type: {content_type}\r\n"
-                    f"Content-Range: bytes {start}-{end - 1}/{size}\r\n\r\n").encode("latin-1")
-            plan.append(head)
-            plan.extend(self._reads(start, end))
-            plan.append(b"\r\n")
-            length += len(head) + end - start + 2
-        tail = f"--{boundary}--".encode("latin-1")
-        plan.append(tail)
-        return boundary, length + len(tail), plan
+        # Starlette's own __call__ (under another async library than asyncio) calls it too.
+        return if_range_matches(http_if_range, self.headers.get("last-modified"),
+                                self.headers.get("etag"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not _on_asyncio():
@@ -382,7 +245,7 @@ class FileResponse(_StarletteFileResponse):
         pathsend = is_http and "http.response.pathsend" in (scope.get("extensions") or {})
         if scope_type == "websocket":
             send = self._websocket_send(send)
-        rng, if_range, inm, ims = _request_headers(scope)
+        rng, if_range, inm, ims = range_and_conditions(scope)
         eng = get_engine()
         transfer = _Transfer(eng, self._fd)
         self._fd = -1
@@ -424,7 +287,8 @@ class FileResponse(_StarletteFileResponse):
         size = st.st_size
 
         if (is_http and self.status_code == 200 and method in ("GET", "HEAD") and (inm or ims)
-                and self._not_modified(inm, ims)):
+                and not_modified(inm, ims, self.headers.get("etag"),
+                                 self.headers.get("last-modified"))):
             return await NotModifiedResponse(self.headers)(scope, receive, send)
 
         if (self.status_code != 200 or rng is None or method not in ("GET", "HEAD")
@@ -432,18 +296,18 @@ class FileResponse(_StarletteFileResponse):
             ranges = None
         else:
             try:
-                ranges = _parse_range(rng, size, self.max_ranges)
-            except _Malformed as exc:
+                ranges = parse_range(rng, size, self.max_ranges)
+            except MalformedRange as exc:
                 return await PlainTextResponse(exc.content, status_code=400)(scope, receive, send)
-            except _Unsatisfiable:
+            except UnsatisfiableRange:
                 response = PlainTextResponse(status_code=416,
                                              headers={"Content-Range": f"bytes */{size}"})
                 return await response(scope, receive, send)
 
         headers = self.raw_headers
-        plan: list[bytes | tuple[int, int]]
+        plan: BodyPlan
         if ranges is None:
-            plan = list(self._reads(0, size))
+            plan = list(reads(0, size, self.chunk_size))
             if size % self.chunk_size == 0:
                 plan.append(b"")  # Starlette ends on a short read: here an empty message
         elif len(ranges) == 1:
@@ -452,10 +316,11 @@ class FileResponse(_StarletteFileResponse):
             mutable["content-range"] = f"bytes {start}-{end - 1}/{size}"
             mutable["content-length"] = str(end - start)
             headers = mutable.raw
-            plan = list(self._reads(start, end))
+            plan = list(reads(start, end, self.chunk_size))
             pathsend = False
         else:
-            boundary, length, plan = self._multipart(ranges, size)
+            boundary, length, plan = multipart_byteranges(
+                ranges, size, self.headers["content-type"], self.chunk_size)
             mutable = MutableHeaders(raw=list(self.raw_headers))
             mutable["content-type"] = f"multipart/byteranges; boundary={boundary}"
             mutable["content-length"] = str(length)
@@ -508,7 +373,7 @@ class FileResponse(_StarletteFileResponse):
         return fd, st
 
     async def _send_body(self, send: Send, transfer: _Transfer, start_message: Message,
-                         plan: list[bytes | tuple[int, int]]) -> None:
+                         plan: BodyPlan) -> None:
         """Send the start message and the body, a message for each item of ``plan`` (bytes as
         they are, or the bytes of an ``(offset, size)`` read). The first read is done before
         the start message (an error is still a 500); from then on each read is in flight

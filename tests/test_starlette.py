@@ -37,7 +37,8 @@ from starlette.staticfiles import StaticFiles as StarletteStaticFiles
 import aionative
 import aionative.starlette
 from aionative import _kernelops
-from aionative.starlette import FileResponse, StaticFiles, _parse_range, _Unsatisfiable
+from aionative._http_ranges import MalformedRange, UnsatisfiableRange, parse_range
+from aionative.starlette import FileResponse, StaticFiles
 
 from .conftest import child_env, open_fds_to
 
@@ -227,11 +228,11 @@ def test_range_parser_is_linear_and_bounded() -> None:
     def parse(header: str, max_ranges: int) -> tuple[Any, float]:
         t0 = time.perf_counter()
         try:
-            result: Any = _parse_range(header, size, max_ranges)
-        except _Unsatisfiable:
+            result: Any = parse_range(header, size, max_ranges)
+        except UnsatisfiableRange:
             result = "416"
         except Exception as exc:  # noqa: BLE001 - only the two kinds below are allowed
-            assert type(exc).__name__ == "_Malformed", (shape, exc)
+            assert type(exc) is MalformedRange, (shape, exc)
             result = "400"
         return result, time.perf_counter() - t0
 
@@ -253,11 +254,11 @@ def test_range_parser_is_linear_and_bounded() -> None:
             elif expected is not None:
                 assert result == expected, (shape, result)
     # the shapes' results, as a check that they parse as intended
-    assert len(_parse_range(padded(1000), size, cap)) == 99
-    assert _parse_range("bytes=" + ",".join(f"{i}-{i}" for i in range(5000)), size,
-                        uncapped) == [(0, 5000)]
-    assert len(_parse_range("bytes=" + ",".join(f"{2 * i}-{2 * i}" for i in range(5000, 0, -1)),
-                            size, uncapped)) == 5000
+    assert len(parse_range(padded(1000), size, cap)) == 99
+    assert parse_range("bytes=" + ",".join(f"{i}-{i}" for i in range(5000)), size,
+                       uncapped) == [(0, 5000)]
+    assert len(parse_range("bytes=" + ",".join(f"{2 * i}-{2 * i}" for i in range(5000, 0, -1)),
+                           size, uncapped)) == 5000
 
 
 @pytest.mark.asyncio
