@@ -20,13 +20,13 @@ __all__ = [
     "BodyPlan",
     "MalformedRange",
     "UnsatisfiableRange",
+    "chunked_reads",
     "http_date",
     "if_range_matches",
     "multipart_byteranges",
     "not_modified",
     "parse_range",
     "range_and_conditions",
-    "reads",
 ]
 
 #: A response body as the messages that carry it: bytes sent as they are, or an
@@ -172,7 +172,7 @@ def parse_range(value: str, size: int, max_ranges: int) -> list[tuple[int, int]]
 # ---------------------------------------------------------------- the body's reads and framing
 
 
-def reads(start: int, end: int, chunk_size: int) -> Iterator[tuple[int, int]]:
+def chunked_reads(start: int, end: int, chunk_size: int) -> Iterator[tuple[int, int]]:
     """``[start, end)`` in reads of ``chunk_size`` (offset, size): Starlette's chunks."""
     for offset in range(start, end, chunk_size):
         yield offset, min(chunk_size, end - offset)
@@ -191,7 +191,7 @@ def multipart_byteranges(ranges: list[tuple[int, int]], size: int, content_type:
                 f"Content-Type: {content_type}\r\n"
                 f"Content-Range: bytes {start}-{end - 1}/{size}\r\n\r\n").encode("latin-1")
         plan.append(head)
-        plan.extend(reads(start, end, chunk_size))
+        plan.extend(chunked_reads(start, end, chunk_size))
         plan.append(b"\r\n")
         length += len(head) + end - start + 2
     tail = f"--{boundary}--".encode("latin-1")

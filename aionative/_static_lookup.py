@@ -33,61 +33,11 @@ from ._settle import settle
 
 __all__ = ["Found", "find_in", "find_with_lookup_path", "relative_below"]
 
-_FD_DIR = "/proc/self/fd/"
-
-
-def _fd_path(fd: int) -> str | None:
-    """The path the kernel resolved for an open descriptor (no I/O: the dentry is pinned)."""
-    try:
-        return os.readlink(f"{_FD_DIR}{fd}")
-    except OSError:
-        return None
-
-
-def _beneath(path: str, directory: str) -> bool:
-    return os.path.commonpath([path, directory]) == directory
-
-
-def _lookup_blocking(directory: str, path: str, follow_symlink: bool
-                     ) -> tuple[str, int, os.stat_result] | None:
-    """Starlette's ``lookup_path`` for one directory, with the file opened and, without
-    ``follow_symlink``, the opened descriptor's own path checked too (in a worker)."""
-    joined = os.path.join(directory, path)
-    if follow_symlink:
-        full, base = os.path.abspath(joined), os.path.abspath(directory)
-    else:
-        full, base = os.path.realpath(joined), os.path.realpath(directory)
-    if not _beneath(full, base):
-        return None
-    refused: OSError | None = None
-    try:
-        fd, st = open_stat_blocking(full)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        if exc.errno not in NOT_OPENABLE:
-            raise
-        refused = exc
-        try:
-            fd, st = path_stat_blocking(full)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError:
-            raise refused from None
-    if not follow_symlink:
-        real = _fd_path(fd)
-        if real is not None and not _beneath(real, base):  # swapped for a symlink meanwhile
-            os.close(fd)
-            return None
-    if refused is not None and stat.S_ISREG(st.st_mode):  # a file we may not read: 401
-        os.close(fd)
-        raise refused
-    return full, fd, st
-
 
 class Found:
     """A file a lookup found: its path, its stat and, unless ``fd`` is -1, the descriptor it
-    was opened on (read-only for a regular file, ``O_PATH`` otherwise); the caller owns it."""
+    was opened on (read-only, or ``O_PATH`` for what cannot be opened for reading), which
+    the caller then owns."""
 
     __slots__ = ("fd", "path", "st")
 
@@ -97,7 +47,7 @@ class Found:
         self.st = st
 
     def release(self) -> None:
-        """Close the descriptor, if there is one (again: nothing)."""
+        """Close the descriptor, if it has one; a second call does nothing."""
         fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
@@ -160,6 +110,9 @@ async def find_with_lookup_path(
         await _k.close_fd(fd)
         raise
     return Found(full_path, fd, st)
+
+
+# ---------------------------------------------------------------- through the engine
 
 
 class _Symlink:
@@ -253,6 +206,61 @@ async def _walk(eng: EngineLike, base_name: bytes, base: str, names: list[bytes]
             raise
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------- in a worker thread
+
+
+_FD_DIR = "/proc/self/fd/"
+
+
+def _fd_path(fd: int) -> str | None:
+    """The path the kernel resolved for an open descriptor (no I/O: the dentry is pinned)."""
+    try:
+        return os.readlink(f"{_FD_DIR}{fd}")
+    except OSError:
+        return None
+
+
+def _beneath(path: str, directory: str) -> bool:
+    return os.path.commonpath([path, directory]) == directory
+
+
+def _lookup_blocking(directory: str, path: str, follow_symlink: bool
+                     ) -> tuple[str, int, os.stat_result] | None:
+    """Starlette's ``lookup_path`` for one directory, with the file opened and, without
+    ``follow_symlink``, the opened descriptor's own path checked too (in a worker)."""
+    joined = os.path.join(directory, path)
+    if follow_symlink:
+        full, base = os.path.abspath(joined), os.path.abspath(directory)
+    else:
+        full, base = os.path.realpath(joined), os.path.realpath(directory)
+    if not _beneath(full, base):
+        return None
+    refused: OSError | None = None
+    try:
+        fd, st = open_stat_blocking(full)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno not in NOT_OPENABLE:
+            raise
+        refused = exc
+        try:
+            fd, st = path_stat_blocking(full)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            raise refused from None
+    if not follow_symlink:
+        real = _fd_path(fd)
+        if real is not None and not _beneath(real, base):  # swapped for a symlink meanwhile
+            os.close(fd)
+            return None
+    if refused is not None and stat.S_ISREG(st.st_mode):  # a file we may not read: 401
+        os.close(fd)
+        raise refused
+    return full, fd, st
 
 
 async def _in_worker_found(directory: str, path: str, follow_symlink: bool

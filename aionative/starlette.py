@@ -39,12 +39,12 @@ from ._http_ranges import (
     BodyPlan,
     MalformedRange,
     UnsatisfiableRange,
+    chunked_reads,
     if_range_matches,
     multipart_byteranges,
     not_modified,
     parse_range,
     range_and_conditions,
-    reads,
 )
 from ._open_readonly import NOT_OPENABLE, open_stat
 from ._settle import settle
@@ -138,7 +138,8 @@ class FileResponse(_StarletteFileResponse):
             self._fd = -1
 
     def _should_use_range(self, http_if_range: str) -> bool:
-        # Starlette's own __call__ (under another async library than asyncio) calls it too.
+        # A method, as in Starlette: its own __call__ (serving under another async library
+        # than asyncio) calls it too.
         return if_range_matches(http_if_range, self.headers.get("last-modified"),
                                 self.headers.get("etag"))
 
@@ -215,7 +216,7 @@ class FileResponse(_StarletteFileResponse):
         headers = self.raw_headers
         plan: BodyPlan
         if ranges is None:
-            plan = list(reads(0, size, self.chunk_size))
+            plan = list(chunked_reads(0, size, self.chunk_size))
             if size % self.chunk_size == 0:
                 plan.append(b"")  # Starlette ends on a short read: here an empty message
         elif len(ranges) == 1:
@@ -224,7 +225,7 @@ class FileResponse(_StarletteFileResponse):
             mutable["content-range"] = f"bytes {start}-{end - 1}/{size}"
             mutable["content-length"] = str(end - start)
             headers = mutable.raw
-            plan = list(reads(start, end, self.chunk_size))
+            plan = list(chunked_reads(start, end, self.chunk_size))
             pathsend = False
         else:
             boundary, length, plan = multipart_byteranges(
