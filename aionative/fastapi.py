@@ -35,7 +35,8 @@ from . import _kernelops as _k
 from ._engine import EngineLike, close_engine, get_engine
 from ._files import AsyncBase
 from ._open import open_file
-from .starlette import FileResponse, StaticFiles, _settle
+from ._settle import settle
+from .starlette import FileResponse, StaticFiles
 
 __all__ = [
     "FileResponse",
@@ -158,9 +159,9 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
         try:
             await asyncio.shield(renaming)
         finally:
-            await _settle(renaming)  # its outcome, before a cancellation of the caller's
+            await settle(renaming)  # its outcome, before a cancellation of the caller's
     except BaseException:
-        await _settle(_remove(temporary))  # waited for, even by a cancelled caller
+        await settle(_remove(temporary))  # waited for, even by a cancelled caller
         raise
     if fsync:
         await _fsync_directory(eng, directory or ".")
@@ -208,7 +209,7 @@ async def _fsync(eng: EngineLike, fd: int) -> None:
     try:
         await asyncio.shield(fut)
     finally:
-        await _settle(fut)
+        await settle(fut)
 
 
 def _source_fd(file: Any) -> int | None:
@@ -251,7 +252,7 @@ async def _write_all(eng: EngineLike, fd: int, data: bytes, offset: int) -> int:
     try:
         return await asyncio.shield(fut)
     finally:
-        await _settle(fut)
+        await settle(fut)
 
 
 async def _copy_fd(eng: EngineLike, src: int, offset: int, dst: int, chunk: int) -> int:
@@ -279,7 +280,7 @@ async def _copy_fd(eng: EngineLike, src: int, offset: int, dst: int, chunk: int)
     finally:
         for fut in (reading, writing):
             if fut is not None:
-                await _settle(fut)
+                await settle(fut)
     return done
 
 
@@ -358,7 +359,7 @@ async def _chunks(eng: EngineLike, owner: _Descriptor, chunk_size: int, start: i
     finally:
         try:
             if pending is not None:
-                await _settle(pending)
+                await settle(pending)
         finally:
             owner.close()
 

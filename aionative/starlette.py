@@ -18,16 +18,11 @@ Needs ``starlette`` (``pip install aionative[starlette]``); ``import aionative``
 from __future__ import annotations
 
 import asyncio
-import calendar
 import errno
-import fcntl
 import mimetypes
 import os
 import stat
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from email.utils import parsedate_tz
-from secrets import token_hex
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.background import BackgroundTask
 from starlette.datastructures import URL, Headers, MutableHeaders
@@ -40,237 +35,29 @@ from starlette.types import Message, Receive, Scope, Send
 
 from . import _kernelops as _k
 from ._engine import EngineLike, get_engine
-from ._threads import ThreadsEngine
+from ._http_ranges import (
+    BodyPlan,
+    MalformedRange,
+    UnsatisfiableRange,
+    chunked_reads,
+    if_range_matches,
+    multipart_byteranges,
+    not_modified,
+    parse_range,
+    range_and_conditions,
+)
+from ._open_readonly import NOT_OPENABLE, open_stat
+from ._settle import settle
+from ._static_lookup import Found, find_in, find_with_lookup_path, relative_below
 
 __all__ = ["FileResponse", "StaticFiles"]
 
 PathLike = str | os.PathLike[str]
 
-_FD_DIR = "/proc/self/fd/"
-
 # The media types a response guesses from its path come from the system's tables, read (files
 # opened and stat'ed) the first time one is asked for: here, at import, not on the loop's
 # thread in the first request (Starlette's FileResponse guesses in its constructor).
 mimetypes.init()
-
-
-# ---------------------------------------------------------------- opening and stat-ing
-
-
-def _native(eng: EngineLike, *ops: str) -> bool:
-    return not isinstance(eng, ThreadsEngine) and all(eng.supports(op) for op in ops)
-
-
-# O_NONBLOCK on every open: a FIFO without a writer would otherwise hold the open (a worker
-# thread, or the io-wq worker in which io_uring retries an openat whose name is not in the
-# dentry cache — without the O_NONBLOCK of its first, inline attempt unless it was asked for).
-# It is cleared on a regular file (a read of an O_NONBLOCK file on a filesystem without
-# non-blocking reads would fail with EAGAIN); anything else is rejected before it is read.
-_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
-
-# What open(2) fails with on something that is not a regular file — a socket, a device without
-# a driver (ENXIO, ENODEV) — or on a file it may not read (EACCES): Starlette only stat-s, so
-# these are looked at again with an O_PATH descriptor (no permission needed, nothing opened).
-_NOT_OPENABLE = (errno.ENXIO, errno.ENODEV, errno.EACCES)
-
-
-def _fstat_regular(fd: int) -> os.stat_result:
-    """fstat a descriptor opened with ``_OPEN_FLAGS``; a regular file is made blocking again."""
-    st = os.fstat(fd)
-    if stat.S_ISREG(st.st_mode):
-        fcntl.fcntl(fd, fcntl.F_SETFL, 0)  # a read-only descriptor: O_NONBLOCK was the only flag
-    return st
-
-
-def _open_stat_blocking(path: str) -> tuple[int, os.stat_result]:
-    """Open and fstat in one worker call (backends without a kernel ``openat``)."""
-    fd = os.open(path, _OPEN_FLAGS)
-    try:
-        return fd, _fstat_regular(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _path_stat_blocking(path: str) -> tuple[int, os.stat_result]:
-    """An ``O_PATH`` descriptor and its stat (for a file that cannot be opened for reading)."""
-    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    try:
-        return fd, os.fstat(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _close_result(fut: asyncio.Future[tuple[int, os.stat_result]]) -> None:
-    if not fut.cancelled() and fut.exception() is None:
-        os.close(fut.result()[0])
-
-
-async def _in_worker(fn: Callable[..., tuple[int, os.stat_result]], *args: Any
-                     ) -> tuple[int, os.stat_result]:
-    """Run a blocking open in the loop's executor; a descriptor that arrives for a cancelled
-    caller is closed, not leaked."""
-    fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        fut.add_done_callback(_close_result)
-        raise
-
-
-async def _openat(eng: EngineLike, path: str, flags: int, encoded: bytes | None = None) -> int:
-    """io_uring's ``openat`` of ``path`` (straight to the engine: ``_kernelops.open_fd`` retries
-    an ENXIO in a worker, which is for FIFOs opened for writing)."""
-    fut = eng.openat(_k.AT_FDCWD,  # type: ignore[union-attr]
-                     os.fsencode(path) if encoded is None else encoded, flags, 0, path)
-    return await _k._run_open(eng, fut)  # type: ignore[arg-type]
-
-
-async def _open_stat(eng: EngineLike, path: str, encoded: bytes | None = None
-                     ) -> tuple[int, os.stat_result]:
-    """Open ``path`` read-only and stat the descriptor: the headers describe the file read."""
-    if not _native(eng, "openat"):
-        return await _in_worker(_open_stat_blocking, path)
-    fd = await _openat(eng, path, _OPEN_FLAGS, encoded)
-    try:
-        # Inline, not io_uring's statx: that always runs in an io-wq worker (REQ_F_FORCE_ASYNC),
-        # which cost a quarter of the 4 KiB throughput and 2-3 kernel threads, while fstat of a
-        # descriptor just opened does no I/O (its inode is pinned; NFS revalidated it at open).
-        return fd, _fstat_regular(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-async def _path_stat(eng: EngineLike, path: str, encoded: bytes | None = None
-                     ) -> tuple[int, os.stat_result]:
-    """``_path_stat_blocking`` through the engine where it opens."""
-    if not _native(eng, "openat"):
-        return await _in_worker(_path_stat_blocking, path)
-    fd = await _openat(eng, path, os.O_PATH | os.O_CLOEXEC, encoded)
-    try:
-        return fd, os.fstat(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-async def _settle(fut: asyncio.Future[Any]) -> None:
-    """Wait until an engine operation is over (whatever happens to the waiting task), so its
-    descriptor can be closed: a read still queued for the kernel names the descriptor by
-    number, and a number closed and reused meanwhile would be read instead."""
-    cancelled = False
-    while not fut.done():
-        try:
-            await asyncio.wait((fut,))
-        except asyncio.CancelledError:
-            cancelled = True
-    if not fut.cancelled():
-        fut.exception()
-    if cancelled:
-        raise asyncio.CancelledError
-
-
-# ---------------------------------------------------------------- request headers
-
-
-def _request_headers(scope: Scope) -> tuple[str | None, str | None, str | None, str | None]:
-    """The first ``Range``, ``If-Range``, ``If-None-Match`` and ``If-Modified-Since`` (what
-    ``Headers.get`` returns), in one pass over the raw list."""
-    rng = if_range = inm = ims = None
-    for key, value in scope.get("headers", ()):
-        if key == b"range":
-            if rng is None:
-                rng = value.decode("latin-1")
-        elif key == b"if-range":
-            if if_range is None:
-                if_range = value.decode("latin-1")
-        elif key == b"if-none-match":
-            if inm is None:
-                inm = value.decode("latin-1")
-        elif key == b"if-modified-since" and ims is None:
-            ims = value.decode("latin-1")
-    return rng, if_range, inm, ims
-
-
-def _http_date(value: str) -> int | None:
-    """Seconds since the epoch of an HTTP date (any zone), or None if it is not one."""
-    parts = parsedate_tz(value)
-    if parts is None:
-        return None
-    try:
-        return calendar.timegm(parts[:6]) - (parts[9] or 0)
-    except (ValueError, OverflowError):  # a year past 9999, or numbers too large for a date
-        return None
-
-
-class _Malformed(Exception):
-    def __init__(self, content: str = "Malformed range header.") -> None:
-        super().__init__(content)
-        self.content = content
-
-
-class _Unsatisfiable(Exception):
-    pass
-
-
-def _number(text: str) -> int | None:
-    # RFC 9110's 1*DIGIT: no sign, underscore or non-ASCII digit, all of which int() accepts.
-    if text.isascii() and text.isdigit():
-        try:
-            return int(text)
-        except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
-            return None
-    return None
-
-
-def _parse_range(value: str, size: int, max_ranges: int) -> list[tuple[int, int]]:
-    """The ``[start, end)`` byte ranges a ``Range`` header asks of a ``size``-byte file, sorted
-    and merged when there are several — Starlette's rules, in time linear in the header's
-    length. Raises ``_Malformed`` (400) or ``_Unsatisfiable`` (416)."""
-    units, sep, spec = value.partition("=")
-    if not sep:
-        raise _Malformed
-    if units.strip().lower() != "bytes":
-        raise _Malformed("Only support bytes range")
-    if spec.count(",") >= max_ranges:
-        raise _Unsatisfiable  # an excessive number of ranges (RFC 9110 §15.5.17)
-    ranges: list[tuple[int, int]] = []
-    for part in spec.split(","):
-        first, dash, last = part.strip().partition("-")
-        if not dash:
-            continue
-        first, last = first.strip(), last.strip()
-        if first:
-            start = _number(first)
-            stop = _number(last) if last else None
-            if start is None or (last and stop is None):
-                continue
-            end = stop + 1 if stop is not None and stop < size else size
-        else:
-            suffix = _number(last) if last else None
-            if suffix is None:
-                continue
-            start, end = max(size - suffix, 0), size
-        ranges.append((start, end))
-    if not ranges:
-        raise _Malformed("Range header: range must be requested")
-    if any(not 0 <= start < size for start, _ in ranges):
-        raise _Unsatisfiable
-    if any(start >= end for start, end in ranges):
-        raise _Malformed("Range header: start must be less than end")
-    if len(ranges) == 1:
-        return ranges
-    ranges.sort()
-    merged = [ranges[0]]
-    for start, end in ranges[1:]:
-        last_start, last_end = merged[-1]
-        if start <= last_end:
-            merged[-1] = (last_start, max(last_end, end))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 # ---------------------------------------------------------------- the response
@@ -290,7 +77,7 @@ class _Transfer:
         fd, self.fd = self.fd, -1
         try:
             if self.pending is not None:
-                await _settle(self.pending)
+                await settle(self.pending)
         finally:
             self.pending = None
             if fd >= 0:
@@ -351,53 +138,10 @@ class FileResponse(_StarletteFileResponse):
             self._fd = -1
 
     def _should_use_range(self, http_if_range: str) -> bool:
-        if http_if_range.startswith("W/"):
-            return False
-        return http_if_range in (self.headers.get("last-modified"), self.headers.get("etag"))
-
-    def _not_modified(self, if_none_match: str | None, if_modified_since: str | None) -> bool:
-        """RFC 9110 §13.1.2–3: ``If-None-Match`` (weak comparison) decides when present, else
-        ``If-Modified-Since`` against ``Last-Modified`` (any zone; invalid dates ignored)."""
-        if if_none_match:
-            if if_none_match.strip() == "*":
-                return True
-            etag = self.headers.get("etag")
-            if etag is None:
-                return False
-            return etag.removeprefix("W/") in [tag.strip().removeprefix("W/")
-                                               for tag in if_none_match.split(",")]
-        if if_modified_since:
-            since = _http_date(if_modified_since)
-            modified = _http_date(self.headers.get("last-modified", ""))
-            return since is not None and modified is not None and modified <= since
-        return False
-
-    def _reads(self, start: int, end: int) -> Iterator[tuple[int, int]]:
-        """``[start, end)`` in reads of ``chunk_size`` (offset, size): Starlette's chunks."""
-        chunk = self.chunk_size
-        for offset in range(start, end, chunk):
-            yield offset, min(chunk, end - offset)
-
-    def _multipart(self, ranges: list[tuple[int, int]], size: int
-                   ) -> tuple[str, int, list[bytes | tuple[int, int]]]:
-        """The boundary, the length and the messages of a ``multipart/byteranges`` body, framed
-        as Starlette frames it: each part's headers, each chunk of its bytes, the ``CRLF``
-        after them, each in a message of its own, then the closing boundary."""
-        boundary = token_hex(13)
-        content_type = self.headers["content-type"]
-        plan: list[bytes | tuple[int, int]] = []
-        length = 0
-        for start, end in ranges:
-            head = (f"--{boundary}\r\n"
-                    f"Content-Type: {content_type}\r\n"
-                    f"Content-Range: bytes {start}-{end - 1}/{size}\r\n\r\n").encode("latin-1")
-            plan.append(head)
-            plan.extend(self._reads(start, end))
-            plan.append(b"\r\n")
-            length += len(head) + end - start + 2
-        tail = f"--{boundary}--".encode("latin-1")
-        plan.append(tail)
-        return boundary, length + len(tail), plan
+        # A method, as in Starlette: its own __call__ (serving under another async library
+        # than asyncio) calls it too.
+        return if_range_matches(http_if_range, self.headers.get("last-modified"),
+                                self.headers.get("etag"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not _on_asyncio():
@@ -410,7 +154,7 @@ class FileResponse(_StarletteFileResponse):
         pathsend = is_http and "http.response.pathsend" in (scope.get("extensions") or {})
         if scope_type == "websocket":
             send = self._websocket_send(send)
-        rng, if_range, inm, ims = _request_headers(scope)
+        rng, if_range, inm, ims = range_and_conditions(scope)
         eng = get_engine()
         transfer = _Transfer(eng, self._fd)
         self._fd = -1
@@ -452,7 +196,8 @@ class FileResponse(_StarletteFileResponse):
         size = st.st_size
 
         if (is_http and self.status_code == 200 and method in ("GET", "HEAD") and (inm or ims)
-                and self._not_modified(inm, ims)):
+                and not_modified(inm, ims, self.headers.get("etag"),
+                                 self.headers.get("last-modified"))):
             return await NotModifiedResponse(self.headers)(scope, receive, send)
 
         if (self.status_code != 200 or rng is None or method not in ("GET", "HEAD")
@@ -460,18 +205,18 @@ class FileResponse(_StarletteFileResponse):
             ranges = None
         else:
             try:
-                ranges = _parse_range(rng, size, self.max_ranges)
-            except _Malformed as exc:
+                ranges = parse_range(rng, size, self.max_ranges)
+            except MalformedRange as exc:
                 return await PlainTextResponse(exc.content, status_code=400)(scope, receive, send)
-            except _Unsatisfiable:
+            except UnsatisfiableRange:
                 response = PlainTextResponse(status_code=416,
                                              headers={"Content-Range": f"bytes */{size}"})
                 return await response(scope, receive, send)
 
         headers = self.raw_headers
-        plan: list[bytes | tuple[int, int]]
+        plan: BodyPlan
         if ranges is None:
-            plan = list(self._reads(0, size))
+            plan = list(chunked_reads(0, size, self.chunk_size))
             if size % self.chunk_size == 0:
                 plan.append(b"")  # Starlette ends on a short read: here an empty message
         elif len(ranges) == 1:
@@ -480,10 +225,11 @@ class FileResponse(_StarletteFileResponse):
             mutable["content-range"] = f"bytes {start}-{end - 1}/{size}"
             mutable["content-length"] = str(end - start)
             headers = mutable.raw
-            plan = list(self._reads(start, end))
+            plan = list(chunked_reads(start, end, self.chunk_size))
             pathsend = False
         else:
-            boundary, length, plan = self._multipart(ranges, size)
+            boundary, length, plan = multipart_byteranges(
+                ranges, size, self.headers["content-type"], self.chunk_size)
             mutable = MutableHeaders(raw=list(self.raw_headers))
             mutable["content-type"] = f"multipart/byteranges; boundary={boundary}"
             mutable["content-length"] = str(length)
@@ -500,7 +246,7 @@ class FileResponse(_StarletteFileResponse):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
         if transfer.fd < 0:  # stat_result= given: open now (Starlette's errors, but no FIFO)
-            transfer.fd, opened = await _open_stat(transfer.eng, os.fspath(self.path))
+            transfer.fd, opened = await open_stat(transfer.eng, os.fspath(self.path))
             if not stat.S_ISREG(opened.st_mode):
                 raise RuntimeError(f"File at path {self.path} is not a file.")
         body = self._send_body(send, transfer, start_message, plan)
@@ -517,11 +263,11 @@ class FileResponse(_StarletteFileResponse):
         not exist or is not a regular file (a socket, for one, cannot even be opened)."""
         path = os.fspath(self.path)
         try:
-            fd, st = await _open_stat(eng, path)
+            fd, st = await open_stat(eng, path)
         except FileNotFoundError:
             raise RuntimeError(f"File at path {self.path} does not exist.") from None
         except OSError as exc:
-            if exc.errno not in _NOT_OPENABLE:
+            if exc.errno not in NOT_OPENABLE:
                 raise
             try:
                 st = await _k.stat(path)  # what Starlette looks at
@@ -536,7 +282,7 @@ class FileResponse(_StarletteFileResponse):
         return fd, st
 
     async def _send_body(self, send: Send, transfer: _Transfer, start_message: Message,
-                         plan: list[bytes | tuple[int, int]]) -> None:
+                         plan: BodyPlan) -> None:
         """Send the start message and the body, a message for each item of ``plan`` (bytes as
         they are, or the bytes of an ``(offset, size)`` read). The first read is done before
         the start message (an error is still a 500); from then on each read is in flight
@@ -617,70 +363,7 @@ async def _until_disconnect(body: Awaitable[None], receive: Receive) -> None:
 # ---------------------------------------------------------------- static files
 
 
-def _fd_path(fd: int) -> str | None:
-    """The path the kernel resolved for an open descriptor (no I/O: the dentry is pinned)."""
-    try:
-        return os.readlink(f"{_FD_DIR}{fd}")
-    except OSError:
-        return None
-
-
-def _beneath(path: str, directory: str) -> bool:
-    return os.path.commonpath([path, directory]) == directory
-
-
-def _lookup_blocking(directory: str, path: str, follow_symlink: bool
-                     ) -> tuple[str, int, os.stat_result] | None:
-    """Starlette's ``lookup_path`` for one directory, with the file opened and, without
-    ``follow_symlink``, the opened descriptor's own path checked too (in a worker)."""
-    joined = os.path.join(directory, path)
-    if follow_symlink:
-        full, base = os.path.abspath(joined), os.path.abspath(directory)
-    else:
-        full, base = os.path.realpath(joined), os.path.realpath(directory)
-    if not _beneath(full, base):
-        return None
-    refused: OSError | None = None
-    try:
-        fd, st = _open_stat_blocking(full)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        if exc.errno not in _NOT_OPENABLE:
-            raise
-        refused = exc
-        try:
-            fd, st = _path_stat_blocking(full)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError:
-            raise refused from None
-    if not follow_symlink:
-        real = _fd_path(fd)
-        if real is not None and not _beneath(real, base):  # swapped for a symlink meanwhile
-            os.close(fd)
-            return None
-    if refused is not None and stat.S_ISREG(st.st_mode):  # a file we may not read: 401
-        os.close(fd)
-        raise refused
-    return full, fd, st
-
-
-class _Found:
-    __slots__ = ("fd", "path", "st")
-
-    def __init__(self, path: str, fd: int, st: os.stat_result) -> None:
-        self.path = path
-        self.fd = fd
-        self.st = st
-
-    def release(self) -> None:
-        fd, self.fd = self.fd, -1
-        if fd >= 0:
-            os.close(fd)
-
-
-def _serves(response: FileResponse, found: _Found) -> bool:
+def _serves(response: FileResponse, found: Found) -> bool:
     """Whether ``response`` serves the file ``found`` opened: its path, with its stat."""
     st = response.stat_result
     return (os.fspath(response.path) == found.path and st is not None
@@ -768,7 +451,7 @@ class StaticFiles(_StarletteStaticFiles):
                 found.release()
         raise HTTPException(status_code=404)
 
-    def _serve(self, found: _Found, scope: Scope) -> Response:
+    def _serve(self, found: Found, scope: Scope) -> Response:
         try:
             response = self.file_response(found.path, found.st, scope)
         except BaseException:
@@ -793,173 +476,17 @@ class StaticFiles(_StarletteStaticFiles):
             return NotModifiedResponse(response.headers)
         return response
 
-    async def _find(self, path: str) -> _Found | None:
+    async def _find(self, path: str) -> Found | None:
         if type(self).lookup_path is not _StarletteStaticFiles.lookup_path:
-            return await self._find_by_lookup_path(path)
-        if path.startswith(("/", "\\")):
-            return None
-        if "\x00" in path:
-            raise ValueError("embedded null byte")
-        # Lexically, as Starlette's lookup (after get_path, only a leading `..` can remain).
-        relative = os.path.normpath(path)
-        if relative == os.pardir or relative.startswith(("../", "/")):
+            return await find_with_lookup_path(self.lookup_path, path)
+        relative = relative_below(path)
+        if relative is None:
             return None
         eng = get_engine()
         for directory in self.all_directories:
-            found = await self._find_in(eng, os.fspath(directory), relative)
+            name = os.fspath(directory)
+            found = await find_in(eng, name, self._absolute.get(name), relative,
+                                  self.follow_symlink)
             if found is not None:
                 return found
         return None
-
-    async def _find_by_lookup_path(self, path: str) -> _Found | None:
-        """A subclass's own ``lookup_path``, run in a worker thread as Starlette runs it (it is
-        synchronous, and may touch the disk); the regular file it names is then opened through
-        the engine, and served from that descriptor with the descriptor's own stat."""
-        full_path, st = await asyncio.get_running_loop().run_in_executor(
-            None, self.lookup_path, path)
-        if st is None:
-            return None
-        if not stat.S_ISREG(st.st_mode):
-            return _Found(full_path, -1, st)
-        fd = await _k.open_fd(full_path, os.O_RDONLY)
-        try:
-            st = await _k.fstat(fd)
-        except BaseException:
-            await _k.close_fd(fd)
-            raise
-        return _Found(full_path, fd, st)
-
-    async def _find_in(self, eng: EngineLike, directory: str, relative: str) -> _Found | None:
-        """``relative`` (normalised, neither absolute nor leading out) in ``directory``."""
-        base = self._absolute.get(directory)
-        if base is None or not _native(eng, "openat"):
-            # A directory added after construction, or no kernel openat: the lookup runs as
-            # Starlette's lookup_path does, in one worker call.
-            result = await _in_worker_found(directory, relative, self.follow_symlink)
-            return None if result is None else _Found(*result)
-        joined = base if relative == os.curdir else os.path.join(base, relative)
-        # Every name is encoded before anything is opened: one that cannot be (a lone
-        # surrogate) raises ValueError (a 404) with nothing submitted, so nothing to close.
-        if self.follow_symlink:
-            return await _open_found(eng, joined, os.fsencode(joined))
-        names = [] if relative == os.curdir else [os.fsencode(n) for n in relative.split("/")]
-        found = await _walk(eng, os.fsencode(base), base, names, joined)
-        if found is _SYMLINK:
-            # A symlink on the way: Starlette's realpath check, in a worker, and the same check
-            # on the descriptor it opens.
-            result = await _in_worker_found(directory, relative, False)
-            return None if result is None else _Found(*result)
-        assert not isinstance(found, _Symlink)
-        return found
-
-
-class _Symlink:
-    """What ``_walk`` returns when it meets a symlink below the directory."""
-
-
-_SYMLINK = _Symlink()
-
-
-async def _open_at(eng: EngineLike, dir_fd: int, name: bytes, flags: int, filename: str) -> int:
-    """The kernel's ``openat`` of ``name`` relative to ``dir_fd``. Cancelled, it waits until
-    the kernel is done with the operation (which names ``dir_fd`` by number, and a number
-    closed and reused meanwhile would be resolved instead); what it opens late is closed."""
-    fut = eng.openat(dir_fd, name, flags | os.O_CLOEXEC, 0, filename)  # type: ignore[union-attr]
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        fut.add_done_callback(_k._close_result)
-        settled = eng.cancel_wait(fut)
-        if settled is not None:
-            await _settle(settled)
-        raise
-
-
-async def _open_found(eng: EngineLike, path: str, name: bytes, dir_fd: int = _k.AT_FDCWD,
-                      nofollow: int = 0) -> _Found | None:
-    """Open ``name`` (relative to ``dir_fd``) read-only, or, if it cannot be opened for reading
-    (a socket, a device, a directory or file we may not read), with ``O_PATH``, as Starlette
-    stat-s it (no permission needed): its descriptor and stat, None if it does not exist, a
-    ``PermissionError`` for a regular file we may not read (a 401)."""
-    try:
-        fd = await _open_at(eng, dir_fd, name, _OPEN_FLAGS | nofollow, path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        if exc.errno not in _NOT_OPENABLE:
-            raise
-        refused = exc
-    else:
-        try:
-            return _Found(path, fd, _fstat_regular(fd))  # fstat inline: see _open_stat
-        except BaseException:
-            os.close(fd)
-            raise
-    try:
-        fd = await _open_at(eng, dir_fd, name, os.O_PATH | nofollow, path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError:
-        raise refused from None
-    st = os.fstat(fd)
-    if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-        os.close(fd)
-        if stat.S_ISLNK(st.st_mode):
-            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
-        raise refused  # a file we may not read: 401
-    return _Found(path, fd, st)
-
-
-async def _walk(eng: EngineLike, base_name: bytes, base: str, names: list[bytes], path: str
-                ) -> _Found | _Symlink | None:
-    """Open the directory, then each name below it in turn, relative to the descriptor of the
-    one before, following no symlink (``O_NOFOLLOW``): with no ``..`` among the names, what is
-    opened lies in the directory (as the kernel resolved it now — a ``current -> release-N``
-    symlink switched by a deploy is followed at once). A symlink on the way gives
-    ``_SYMLINK``: whether it stays in the directory is for Starlette's check."""
-    try:
-        fd = await _open_at(eng, _k.AT_FDCWD, base_name, os.O_PATH | os.O_DIRECTORY, base)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    try:
-        for name in names[:-1]:
-            try:
-                step = await _open_at(eng, fd, name, os.O_PATH | os.O_NOFOLLOW, path)
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            os.close(fd)
-            fd = step
-            mode = os.fstat(fd).st_mode  # inline: an open descriptor's inode, no I/O
-            if stat.S_ISLNK(mode):
-                return _SYMLINK
-            if not stat.S_ISDIR(mode):
-                return None  # a name below a file (ENOTDIR, as Starlette's stat)
-        if not names:
-            return _Found(path, -1, os.fstat(fd))  # the directory itself
-        try:
-            return await _open_found(eng, path, names[-1], fd, os.O_NOFOLLOW)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:  # the name is a symlink (O_NOFOLLOW)
-                return _SYMLINK
-            raise
-    finally:
-        os.close(fd)
-
-
-async def _in_worker_found(directory: str, path: str, follow_symlink: bool
-                           ) -> tuple[str, int, os.stat_result] | None:
-    fut = asyncio.get_running_loop().run_in_executor(None, _lookup_blocking, directory, path,
-                                                     follow_symlink)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        fut.add_done_callback(_close_found)
-        raise
-
-
-def _close_found(fut: asyncio.Future[tuple[str, int, os.stat_result] | None]) -> None:
-    if not fut.cancelled() and fut.exception() is None:
-        result = fut.result()
-        if result is not None:
-            os.close(result[1])
-

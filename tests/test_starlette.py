@@ -36,8 +36,9 @@ from starlette.staticfiles import StaticFiles as StarletteStaticFiles
 
 import aionative
 import aionative.starlette
-from aionative import _kernelops
-from aionative.starlette import FileResponse, StaticFiles, _parse_range, _Unsatisfiable
+from aionative import _kernelops, _static_lookup
+from aionative._http_ranges import MalformedRange, UnsatisfiableRange, parse_range
+from aionative.starlette import FileResponse, StaticFiles
 
 from .conftest import child_env, open_fds_to
 
@@ -227,11 +228,11 @@ def test_range_parser_is_linear_and_bounded() -> None:
     def parse(header: str, max_ranges: int) -> tuple[Any, float]:
         t0 = time.perf_counter()
         try:
-            result: Any = _parse_range(header, size, max_ranges)
-        except _Unsatisfiable:
+            result: Any = parse_range(header, size, max_ranges)
+        except UnsatisfiableRange:
             result = "416"
         except Exception as exc:  # noqa: BLE001 - only the two kinds below are allowed
-            assert type(exc).__name__ == "_Malformed", (shape, exc)
+            assert type(exc) is MalformedRange, (shape, exc)
             result = "400"
         return result, time.perf_counter() - t0
 
@@ -253,11 +254,11 @@ def test_range_parser_is_linear_and_bounded() -> None:
             elif expected is not None:
                 assert result == expected, (shape, result)
     # the shapes' results, as a check that they parse as intended
-    assert len(_parse_range(padded(1000), size, cap)) == 99
-    assert _parse_range("bytes=" + ",".join(f"{i}-{i}" for i in range(5000)), size,
-                        uncapped) == [(0, 5000)]
-    assert len(_parse_range("bytes=" + ",".join(f"{2 * i}-{2 * i}" for i in range(5000, 0, -1)),
-                            size, uncapped)) == 5000
+    assert len(parse_range(padded(1000), size, cap)) == 99
+    assert parse_range("bytes=" + ",".join(f"{i}-{i}" for i in range(5000)), size,
+                       uncapped) == [(0, 5000)]
+    assert len(parse_range("bytes=" + ",".join(f"{2 * i}-{2 * i}" for i in range(5000, 0, -1)),
+                           size, uncapped)) == 5000
 
 
 @pytest.mark.asyncio
@@ -594,7 +595,7 @@ async def test_conditional_get_validators_and_body_of_one_file(files: Path,
             (files / ".next").write_bytes(new)
             os.replace(files / ".next", path)
 
-    real_stat, real_open_stat = _kernelops.stat, aionative.starlette._open_stat
+    real_stat, real_open_stat = _kernelops.stat, aionative.starlette.open_stat
 
     async def stat_then_swap(*args: Any, **kwargs: Any) -> os.stat_result:
         result = await real_stat(*args, **kwargs)
@@ -607,7 +608,7 @@ async def test_conditional_get_validators_and_body_of_one_file(files: Path,
         return result
 
     monkeypatch.setattr(_kernelops, "stat", stat_then_swap)
-    monkeypatch.setattr(aionative.starlette, "_open_stat", open_then_swap)
+    monkeypatch.setattr(aionative.starlette, "open_stat", open_then_swap)
     for conditional in ((b"if-none-match", b'"other"'),
                         (b"if-modified-since", formatdate(0, usegmt=True).encode())):
         swapped.clear()
@@ -966,8 +967,8 @@ async def test_static_symlink_swapped_in_during_the_request(tree: Path,
             swap()
         return result
 
-    real_open_at = aionative.starlette._open_at
-    real_open_stat_blocking = aionative.starlette._open_stat_blocking
+    real_open_at = _static_lookup._open_at
+    real_open_stat_blocking = _static_lookup.open_stat_blocking
 
     async def swap_then_open_at(eng: Any, dir_fd: int, name: bytes, *args: Any) -> Any:
         if name == b"a.txt":  # the engine's lookup opens the file by its name in the directory
@@ -994,10 +995,10 @@ async def test_static_symlink_swapped_in_during_the_request(tree: Path,
         with monkeypatch.context() as patch:
             if moment == "before-open":
                 patch.setattr(os.path, "realpath", realpath_then_swap)
-                patch.setattr(aionative.starlette, "_open_at", swap_then_open_at)
+                patch.setattr(_static_lookup, "_open_at", swap_then_open_at)
             elif moment == "after-open":
-                patch.setattr(aionative.starlette, "_open_at", open_at_then_swap)
-                patch.setattr(aionative.starlette, "_open_stat_blocking",
+                patch.setattr(_static_lookup, "_open_at", open_at_then_swap)
+                patch.setattr(_static_lookup, "open_stat_blocking",
                               open_stat_blocking_then_swap)
             status: int | str
             try:
@@ -1179,8 +1180,10 @@ _BLOCKING = [(os, "stat"), (os, "lstat"), (os, "getcwd"), (os, "readlink"), (os,
              (os, "scandir"), (os, "access"), (os, "unlink"), (os.path, "abspath"),
              (os.path, "realpath"), (os.path, "islink"), (os.path, "exists"),
              (os.path, "isdir"), (os.path, "isfile")]
-_WEB_LAYER = (str(Path(aionative.starlette.__file__)),
-              str(Path(aionative.starlette.__file__).with_name("fastapi.py")))
+# aionative.starlette, aionative.fastapi and the modules they are built from.
+_WEB_LAYER = tuple(str(Path(aionative.starlette.__file__).with_name(name)) for name in (
+    "starlette.py", "fastapi.py", "_http_ranges.py", "_open_readonly.py", "_settle.py",
+    "_static_lookup.py"))
 
 
 def _on_the_loop_from_the_web_layer() -> bool:
