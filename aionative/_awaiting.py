@@ -1,6 +1,10 @@
-"""Awaiting an engine operation whose memory the kernel may hold: the one place a cancelled
-caller waits for the kernel (or the threads backend's worker) to be done with its buffer before
-its ``CancelledError`` goes on."""
+"""Awaiting engine operations whose memory the kernel may hold, so that a cancelled caller's
+``CancelledError`` goes on only once the kernel (or the threads backend's worker) is done.
+
+:func:`await_op` and :func:`settle_cancelled` serve a caller whose buffer the operation reads or
+fills. :func:`settle` serves the web layer, which closes a descriptor only once no operation on
+it is left with the engine: an operation still queued for the kernel names the descriptor by
+number, and a number closed and reused meanwhile would be read, written or synced instead."""
 
 from __future__ import annotations
 
@@ -33,3 +37,20 @@ async def settle_cancelled(engine: Any, fut: Awaitable[Any]) -> None:
             return
         except asyncio.CancelledError:
             continue  # (the waiter itself was cancelled: ask again)
+
+
+async def settle(fut: asyncio.Future[Any]) -> None:
+    """Wait until ``fut`` (an engine operation, or a task that must not be cut short) is done,
+    even if the waiting task is cancelled meanwhile; its outcome is retrieved (no "exception
+    never retrieved" warning), and a cancellation that arrived while waiting is raised once
+    it is over."""
+    cancelled = False
+    while not fut.done():
+        try:
+            await asyncio.wait((fut,))
+        except asyncio.CancelledError:
+            cancelled = True
+    if not fut.cancelled():
+        fut.exception()
+    if cancelled:
+        raise asyncio.CancelledError

@@ -20,6 +20,7 @@ import stat
 from collections.abc import Callable
 
 from . import _kernelops as _k
+from ._awaiting import settle
 from ._engine import EngineLike
 from ._open_readonly import (
     NOT_OPENABLE,
@@ -29,7 +30,6 @@ from ._open_readonly import (
     open_stat_blocking,
     path_stat_blocking,
 )
-from ._settle import settle
 
 __all__ = ["Found", "find_in", "find_with_lookup_path", "relative_below"]
 

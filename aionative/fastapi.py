@@ -32,10 +32,10 @@ from typing import Any, TypeAlias
 from fastapi import HTTPException, UploadFile
 
 from . import _kernelops as _k
+from ._awaiting import settle
 from ._engine import EngineLike, close_engine, get_engine
 from ._files import AsyncBase
 from ._open import open_file
-from ._settle import settle
 from .starlette import FileResponse, StaticFiles
 
 __all__ = [

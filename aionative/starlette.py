@@ -34,6 +34,7 @@ from starlette.staticfiles import StaticFiles as _StarletteStaticFiles
 from starlette.types import Message, Receive, Scope, Send
 
 from . import _kernelops as _k
+from ._awaiting import settle
 from ._engine import EngineLike, get_engine
 from ._http_ranges import (
     BodyPlan,
@@ -47,7 +48,6 @@ from ._http_ranges import (
     range_and_conditions,
 )
 from ._open_readonly import NOT_OPENABLE, open_stat
-from ._settle import settle
 from ._static_lookup import Found, find_in, find_with_lookup_path, relative_below
 
 __all__ = ["FileResponse", "StaticFiles"]

@@ -195,7 +195,9 @@ def _held_by_the_test(stack: list[traceback.FrameSummary] | None) -> bool:
     if not stack or any(f.filename.startswith(_PACKAGE) for f in stack):
         return False
     for f in reversed(stack):
-        if f.filename.startswith(_STDLIB) or "site-packages" in f.filename:
+        # (code made at run time — "<string>", a dataclass's __init__ — or a frozen module's
+        # is a library's too)
+        if f.filename.startswith((_STDLIB, "<")) or "site-packages" in f.filename:
             if f.name in ("_run", "_run_once", "run_forever", "run_until_complete"):
                 return False  # the loop running a callback: whose, the sample cannot say
             continue

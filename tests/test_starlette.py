@@ -1182,7 +1182,7 @@ _BLOCKING = [(os, "stat"), (os, "lstat"), (os, "getcwd"), (os, "readlink"), (os,
              (os.path, "isdir"), (os.path, "isfile")]
 # aionative.starlette, aionative.fastapi and the modules they are built from.
 _WEB_LAYER = tuple(str(Path(aionative.starlette.__file__).with_name(name)) for name in (
-    "starlette.py", "fastapi.py", "_http_ranges.py", "_open_readonly.py", "_settle.py",
+    "starlette.py", "fastapi.py", "_http_ranges.py", "_open_readonly.py", "_awaiting.py",
     "_static_lookup.py"))
 
 
