@@ -57,27 +57,21 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from . import _kernelops as _k
 from . import _lowlevel
+from ._args import bytes_like, check_read_alloc, off_t, ssize_t
 from ._backend import _core
-from ._engine import get_engine
-from ._raw import (
+from ._direct import (
     ALIGN,
-    REGULAR,
-    STREAM,
-    WindowRaw,
-    WritesFirst,
     align_up,
-    bytes_like,
-    check_read_alloc,
     direct_buffer,
     direct_lock_range,
     direct_pread_sync,
     lock_backoff,
     lock_blocks,
-    off_t,
     rmw_blocks,
-    ssize_t,
     unlock_blocks,
 )
+from ._engine import get_engine
+from ._raw import REGULAR, STREAM, WindowRaw, WritesFirst
 from ._raw import SERVING as _SERVING
 from ._threads import ThreadsEngine
 
@@ -648,7 +642,7 @@ class AsyncBase(Generic[S]):
             raise
 
     async def _direct_write(self, off: int, data: bytes) -> int | None:
-        """An O_DIRECT write, under the lock of the blocks it writes (see ``_raw``'s locks):
+        """An O_DIRECT write, under the lock of the blocks it writes (see ``_direct``'s locks):
         whole blocks go to the engine, which writes a copy from aligned memory of its own
         (their count returned); otherwise read the partial edge blocks, write the aligned
         range from page-aligned memory, trim the file if the padding went past its new end.

@@ -359,7 +359,7 @@ def _detector() -> BlockBuster:
     bb.functions["threading.Lock.acquire"].can_block_in("aionative/_threads.py", "close")
     # A direct write made synchronously (the raw file used without the async layer: a
     # finalizer, f.raw) waits for another writer's block lock as any synchronous write waits.
-    bb.functions["time.sleep"].can_block_in("aionative/_raw.py", "direct_pwrite_sync")
+    bb.functions["time.sleep"].can_block_in("aionative/_direct.py", "direct_pwrite_sync")
     # StaticFiles checks its directory when it is made, in Starlette's own constructor (as
     # Starlette's class does: a detector scanning Starlette flags it alike); apps are made
     # before their loop runs, tests make them in their bodies.
