@@ -371,11 +371,12 @@ def _detector() -> BlockBuster:
     # detach() is synchronous in aiofiles' API: what the text layer holds is written then and
     # there, as the builtin's detach writes it.
     for function in bb.functions.values():
-        function.can_block_in("aionative/_files.py", "detach")
+        function.can_block_in("aionative/_files/buffered.py", "detach")
+        function.can_block_in("aionative/_files/text.py", "detach")
     # A file dropped unclosed is closed by its finalizer, its buffered data written there and
     # then, as the builtin's file is (after the ResourceWarning that names the bug).
     for function in bb.functions.values():
-        function.can_block_in("aionative/_files.py", "__del__")
+        function.can_block_in("aionative/_files/base.py", "__del__")
     return bb
 
 
