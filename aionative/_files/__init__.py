@@ -33,10 +33,26 @@ would have had.
 
 Objects that ``threadpool.wrap`` wraps (any synchronous file) run every call in the executor,
 as aiofiles does.
+
+The modules, bottom up (each class adds to the one below it):
+
+- ``gate``: the line gate — the lines and bytes a file serves from its window without the
+  lock — and the turn budget those fast paths respect;
+- ``core`` (``_Core``): a file's state, the lock that serialises its calls, the caller's
+  descriptor offset it follows, running the synchronous stack;
+- ``direct`` (``_DirectIO``): O_DIRECT reads, and writes under the lock of their blocks
+  (read-modify-write of partial ones);
+- ``writes`` (``_Writes``): the push of staged writes and truncations, large writes passed
+  through from the caller's object, the outcome of writes a cancelled call left;
+- ``reads`` (``_Reads``): the fetch into the window (read-ahead) and ``async for``'s steps;
+- ``base`` (``AsyncBase``): the members every file has;
+- ``binary``, ``buffered``, ``text``: the classes ``aionative.open`` returns.
 """
 
 from __future__ import annotations
 
+# The private names are read by tests and tools. A name bound here is a copy: set or patch it
+# in the module that looks it up (binary's read and readinto, reads' _line_gate).
 from .base import AsyncBase as AsyncBase
 from .binary import _DIRECT_READ_MIN as _DIRECT_READ_MIN
 from .binary import AsyncFileIO as AsyncFileIO

@@ -11,8 +11,9 @@ from .. import _kernelops as _k
 from .. import _lowlevel
 from .._raw import SERVING as _SERVING
 from .._raw import STREAM
-from .base import AsyncBase, _size_arg
+from .base import AsyncBase
 from .gate import _GRANT_LINES, _ROOM_CHARGE, _turn_spent
+from .reads import _size_arg
 
 if TYPE_CHECKING:
     from .._core import LazyReader

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._raw import REGULAR, STREAM, WindowRaw
-from .base import AsyncBase, T, _size_arg
+from .base import AsyncBase
 from .binary import _BinaryBase
+from .core import T
+from .reads import _size_arg
 
 
 class _BufferedBase(_BinaryBase):

@@ -13,8 +13,10 @@ from concurrent.futures import Executor
 from typing import Any
 
 from .._raw import STREAM, WindowRaw
-from .base import AsyncBase, T, _size_arg
+from .base import AsyncBase
+from .core import T
 from .gate import _GRANT_LINES
+from .reads import _size_arg
 
 _READ1_FLUSHES = sys.version_info >= (3, 13)  # BufferedRandom.read1 flushes its writes first
 _HUGE = 1 << 62
