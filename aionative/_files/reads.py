@@ -8,7 +8,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable
 from operator import index
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import _kernelops as _k
 from .._backend import _core
@@ -135,10 +135,6 @@ class _Reads(_Writes[S]):
 
     # lines ---------------------------------------------------------------------------------
 
-    if TYPE_CHECKING:
-        async def readline(self, size: int = -1, /) -> S:
-            """AsyncBase's (base.py), which the wrappers define."""
-
     def _margin(self) -> int:
         """How far past the bytes it needs the synchronous stack may read: a line read stops
         in the raw read that finds the line end, which asks for a buffer's worth. The window
@@ -201,7 +197,9 @@ class _Reads(_Writes[S]):
 
     async def _next_line(self) -> S:
         if not self._lines_countable():
-            return await self.readline()
+            # AsyncBase's readline, a layer above (declared here for the type checker, it
+            # would move in the API reference's order of members)
+            return await self.readline()  # type: ignore[attr-defined, no-any-return]
         return await self._counted_line()
 
     def _lines_countable(self) -> bool:
@@ -256,7 +254,7 @@ class _Reads(_Writes[S]):
             await self._lock()
             if not self._lines_countable():  # closed, written or detached meanwhile
                 self._unlock()
-                return await self.readline()
+                return await self.readline()  # type: ignore[attr-defined, no-any-return]
         raw = self._raw
         assert raw is not None
         grant = 0
