@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from . import _kernelops as _k
+from ._args import arg_type_name
 from ._backend import _core
 from ._engine import get_engine
 from ._files import (
@@ -35,7 +36,7 @@ from ._files import (
     AsyncFileIO,
     AsyncTextIOWrapper,
 )
-from ._raw import REGULAR, STREAM, WindowRaw, arg_type_name
+from ._raw import REGULAR, STREAM, WindowRaw
 from ._threads import ThreadsEngine
 
 F = TypeVar("F", bound=AsyncBase[Any])

@@ -23,16 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from operator import index
 from typing import Any, TypeVar
 
+from ._args import bytes_like, c_int, check_read_alloc, off_t, ssize_t
 from ._compat import KERNEL_RW_MAX, WRITE_ASYNC_MIN, WRITER_NICE
-from ._raw import (
-    bytes_like,
-    c_int,
-    check_read_alloc,
-    direct_pread_sync,
-    direct_pwrite_blocks,
-    off_t,
-    ssize_t,
-)
+from ._direct import direct_pread_sync, direct_pwrite_blocks
 
 T = TypeVar("T")
 

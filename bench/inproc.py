@@ -45,7 +45,7 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         the first 64 MiB of W1's (cached) file, by ``aionative.open`` and the builtin
         ``open``, alternating, five passes each: median µs a chunk and the ratios.
         ``--direct-min`` sets the size from which a file's read skips its window
-        (``_files._DIRECT_READ_MIN``; a huge value: never); ``--cold`` drops the file's
+        (``_files.binary._DIRECT_READ_MIN``; a huge value: never); ``--cold`` drops the file's
         pages before each pass.
     python -m bench.inproc w7-readline [--n 20000]
         N lines of W7's (cached) text file, in ``rb`` and in ``r``: ``await f.readline()``
@@ -884,7 +884,7 @@ def main() -> None:
                     help="w2-direct: read through an aionative.open(..., direct=True) file")
     ap.add_argument("--direct-min", type=int, default=None,
                     help="w3-file: the size from which a file's read(n) / readinto skips the "
-                         "window (aionative._files._DIRECT_READ_MIN)")
+                         "window (aionative._files.binary._DIRECT_READ_MIN)")
     ap.add_argument("--sync", action="store_true",
                     help="w1-inline: the synchronous loop's reads of the same offsets too")
     ap.add_argument("--turn-min", type=int, default=None,
@@ -896,8 +896,8 @@ def main() -> None:
     if args.turn_min is not None:
         _lowlevel.set_turn_min(args.turn_min)
     if args.direct_min is not None:
-        from aionative import _files
-        _files._DIRECT_READ_MIN = args.direct_min
+        from aionative._files import binary
+        binary._DIRECT_READ_MIN = args.direct_min
     if args.backend:
         aionative.set_default_backend(args.backend)
     if args.budget_us is not None:  # every measurement's engine (w4-steps sets its own)

@@ -361,7 +361,7 @@ def _detector() -> BlockBuster:
     bb.functions["threading.Lock.acquire"].can_block_in("aionative/_threads.py", "close")
     # A direct write made synchronously (the raw file used without the async layer: a
     # finalizer, f.raw) waits for another writer's block lock as any synchronous write waits.
-    bb.functions["time.sleep"].can_block_in("aionative/_raw.py", "direct_pwrite_sync")
+    bb.functions["time.sleep"].can_block_in("aionative/_direct.py", "direct_pwrite_sync")
     # StaticFiles checks its directory when it is made, in Starlette's own constructor (as
     # Starlette's class does: a detector scanning Starlette flags it alike); apps are made
     # before their loop runs, tests make them in their bodies.
@@ -373,11 +373,12 @@ def _detector() -> BlockBuster:
     # detach() is synchronous in aiofiles' API: what the text layer holds is written then and
     # there, as the builtin's detach writes it.
     for function in bb.functions.values():
-        function.can_block_in("aionative/_files.py", "detach")
+        function.can_block_in("aionative/_files/buffered.py", "detach")
+        function.can_block_in("aionative/_files/text.py", "detach")
     # A file dropped unclosed is closed by its finalizer, its buffered data written there and
     # then, as the builtin's file is (after the ResourceWarning that names the bug).
     for function in bb.functions.values():
-        function.can_block_in("aionative/_files.py", "__del__")
+        function.can_block_in("aionative/_files/base.py", "__del__")
     return bb
 
 

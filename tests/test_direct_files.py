@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import aionative
-from aionative import _raw
+from aionative import _direct
 
 pytestmark = pytest.mark.asyncio
 
@@ -88,7 +88,7 @@ async def test_a_direct_files_reads_map_no_memory(native_backend: str, tmp_path:
     path.write_bytes(data)
 
     async with aionative.open(path, "rb", buffering=0, direct=True) as f:
-        monkeypatch.setattr(_raw, "mmap", _NoMaps())
+        monkeypatch.setattr(_direct, "mmap", _NoMaps())
         assert await f.pread(100, 4090) == data[4090:4190]
         await f.seek(5)
         assert await f.read(4096) == data[5:4101]
@@ -112,10 +112,10 @@ async def test_a_synchronous_direct_read_goes_in_pieces(direct_fd: tuple[int, by
         with memoryview(buffers[0]) as view, view[:BLOCK] as piece:
             return real(fd, [piece], offset)
 
-    monkeypatch.setattr(_raw, "KERNEL_RW_MAX", BLOCK)
+    monkeypatch.setattr(_direct, "KERNEL_RW_MAX", BLOCK)
     monkeypatch.setattr(os, "preadv", capped)
-    assert _raw.direct_pread_sync(fd, SIZE - 5, 5) == data[5:]
-    assert _raw.direct_pread_sync(fd, 2 * BLOCK, BLOCK - 1) == data[BLOCK - 1:3 * BLOCK - 1]
+    assert _direct.direct_pread_sync(fd, SIZE - 5, 5) == data[5:]
+    assert _direct.direct_pread_sync(fd, 2 * BLOCK, BLOCK - 1) == data[BLOCK - 1:3 * BLOCK - 1]
 
 
 async def test_pwrite_direct_writes_a_copy_of_whole_blocks(backend: str, tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ async def test_a_direct_files_whole_block_writes_map_no_memory(
     path = tmp_path / "w.bin"
     a, b = os.urandom(2 * BLOCK), os.urandom(BLOCK)
     async with aionative.open(path, "wb", buffering=0, direct=True) as f:
-        monkeypatch.setattr(_raw, "mmap", _NoMaps())
+        monkeypatch.setattr(_direct, "mmap", _NoMaps())
         assert await f.write(a) == 2 * BLOCK
         assert await f.pwrite(b, BLOCK) == BLOCK
         monkeypatch.undo()

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import aionative
-from aionative import _raw
+from aionative import _direct
 
 from .conftest import child_env
 
@@ -204,18 +204,18 @@ async def test_a_synchronous_direct_write_gives_up_on_a_lock_held_too_long(
     may hold the lock."""
     path = tmp_path / "f"
     path.write_bytes(b"." * 6000)
-    monkeypatch.setattr(_raw, "SYNC_LOCK_WAIT", 0.05)
+    monkeypatch.setattr(_direct, "SYNC_LOCK_WAIT", 0.05)
     other = os.open(path, os.O_RDWR)
     fd = os.open(path, os.O_RDWR | os.O_DIRECT)
     try:
         _lock(other, fcntl.F_WRLCK, 4096, 0)
-        assert _raw.direct_pwrite_sync(fd, 10, b"mine", 6000) == 6000  # a block not held
+        assert _direct.direct_pwrite_sync(fd, 10, b"mine", 6000) == 6000  # a block not held
         with pytest.raises(OSError) as raised:
-            _raw.direct_pwrite_sync(fd, 4100, b"late", 6000)
+            _direct.direct_pwrite_sync(fd, 4100, b"late", 6000)
         assert (raised.value.errno, raised.value.strerror) == (
             errno.EAGAIN, os.strerror(errno.EAGAIN))
         _lock(other, fcntl.F_UNLCK, 0, 0)
-        assert _raw.direct_pwrite_sync(fd, 4100, b"late", 6000) == 6000
+        assert _direct.direct_pwrite_sync(fd, 4100, b"late", 6000) == 6000
     finally:
         os.close(fd)
         os.close(other)

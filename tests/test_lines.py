@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import aionative
 from aionative import _backend, _files
+from aionative._files import reads as _files_reads
 
 LINES = [f"line {i} {'é' * (i % 7)}{'x' * (i % 50)}\n" for i in range(20_000)]
 
@@ -28,7 +29,7 @@ def step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
     """The extension's LineStep, and the pure-Python step used where it is not built."""
     if request.param == "python":
         monkeypatch.setattr(_files.AsyncBase, "__anext__", _files.AsyncBase._anext_py)
-        monkeypatch.setattr(_files, "_LineGate", _files._PyLineGate)
+        monkeypatch.setattr(_files_reads, "_LineGate", _files._PyLineGate)
         monkeypatch.setattr(_files.AsyncBase, "_gate", _files._PyLineGate(None))
     elif _backend._core is None:
         pytest.skip("the extension is not built")
