@@ -11,7 +11,6 @@ from typing import Any, Protocol
 from . import _kernelops as _k
 from . import _threads
 from ._awaiting import await_op
-from ._awaiting import settle_cancelled as settle_cancelled  # (the file layer waits with it)
 from ._backend import _core
 from ._engine import get_engine
 

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from .. import _kernelops as _k
-from .. import _lowlevel
+from .._awaiting import settle_cancelled
 from .._direct import (
     ALIGN,
     align_up,
@@ -105,7 +105,7 @@ class _DirectIO(_Core[S]):
         try:
             return await fut
         except asyncio.CancelledError:
-            await _lowlevel.settle_cancelled(eng, fut)  # the read may land in `buf` until then
+            await settle_cancelled(eng, fut)  # the read may land in `buf` until then
             raise
 
     def _raw_fd(self) -> int:
