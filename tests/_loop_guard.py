@@ -14,7 +14,9 @@
   test, even one aionative caught and recovered from.
 
 A hold the watchdog's sample shows in the test's own code (its set-up, a gather of thousands of
-coroutines: asyncio's work, not aionative's) does not fail the test; anything else does.
+coroutines: asyncio's work, not aionative's) does not fail the test, nor does a hold of up to
+twice the bound that the watchdog could not sample (it was not scheduled meanwhile); anything
+else does.
 ``@pytest.mark.blocks_the_loop(reason)`` exempts a test whose own code holds the loop or makes
 blocking calls on purpose (from both guards) (fault injection, a demonstration of a blocked loop); the reason is required.
 ``AIONATIVE_LOOP_GUARD=0`` turns the responsiveness guard off (to debug a test in a debugger,
@@ -155,9 +157,11 @@ class _Guard:
     def report(self, what: str) -> str | None:
         if self.worst <= BOUND or _held_by_the_test(self.worst_stack):
             return None
-        if not self.worst_stack and self.worst <= BOUND * 1.25:
-            # Ended within two of the watchdog's polls past the bound, before it could sample
-            # whose it was (a test's own set-up of a few MiB, now and then on a busy machine).
+        if not self.worst_stack and self.worst <= BOUND * 2:
+            # No sample: the watchdog thread did not run while it lasted. On two CPUs shared
+            # with other processes the scheduler can keep it off a CPU for 10-20 ms, and a
+            # test's own set-up of a few MiB then goes unsampled; past twice the bound a hold
+            # whose owner is unknown counts against aionative.
             return None
         lines = [(f"{what} held the event loop for {self.worst * 1e3:.1f} ms of the loop "
                   f"thread's CPU time ({self.worst_wall * 1e3:.1f} ms wall) without letting the "
@@ -253,6 +257,11 @@ class _Watchdog:
                                                    lookup_lines=False)
             del frame  # (held while this thread sleeps, it would keep the test's locals alive)
             stack.reverse()
+            if stack and stack[-1].name in ("select", "poll") and \
+                    stack[-1].filename.endswith("selectors.py"):
+                # The loop waiting for events: the hold (C code that kept the GIL, the
+                # engine's callbacks say) ended before this thread could take the sample.
+                continue
             if guard.gap == gap:
                 guard.sample = (gap, list(stack), held > BOUND)
 
