@@ -3,6 +3,10 @@
  * blocking waits of a drain, which release it.
  */
 #include "engine.h"
+#include "inline.h"
+#include "kaio.h"
+#include "lazy.h"
+#include "uring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -25,11 +29,14 @@ static PyObject *g_str_flush, *g_str_set_result, *g_str_set_exception, *g_str_ca
     *g_str_add_done_callback, *g_str_call_exception_handler, *g_str_message, *g_str_exception;
 static engine_t *g_engines;           /* list of live engines (for fork and counters) */
 gcounters_t g_count;
-int fault_errno[FP_COUNT];
-int fault_count[FP_COUNT];
-int fault_skip[FP_COUNT];
 
 #define MAX_RETRIES 16
+
+/* Default wall time inline completions may take per loop iteration (see engine_t). */
+#define DEFAULT_BUDGET_NS 150000u
+/* While callers wait parked (see engine_park), a run of inline reads — one task's, between
+ * two of its waits — may complete this many before its next read parks it in turn. */
+#define PARK_SLICE 16u
 
 /* ---------------------------------------------------------------- slots */
 
