@@ -27,7 +27,9 @@
 #include "inline.h"
 #include "kaio.h"
 #include "lazy.h"
+#include "methods.h"
 #include "module.h"
+#include "submit.h"
 
 #include <stddef.h>
 

@@ -1,16 +1,18 @@
 /* aionative engine: what every unit of the engine shares. The operation slot, the counters, the
  * backend ops table and the two backends' state inside the engine struct; the constants the
- * units agree on; the fault-injection points and the process-wide resource counters; and what
- * engine.c gives the others.
+ * units agree on; the fault-injection points and the process-wide resource counters; and the
+ * few things engine.c (the Engine type) gives the others.
  *
  * One engine serves one asyncio event loop, on that loop's thread. Operations live in a slot
  * table that never moves (blocks of OP_BLOCK slots), so a slot index is a stable user_data for
  * the kernel. A slot owns everything the kernel may touch until its completion is reaped.
  *
- * The units, each with a header of what it gives the others: engine.c (the engine: slots,
- * batching, completions, the Python methods, the life cycle), inline.c (the inline fast path
- * and its budget), uring.c and kaio.c (the kernel backends), lazy.c, call.c, lines.c, window.c
- * and module.c.
+ * The units, each with a header of what it gives the others: engine.c (the type, its life
+ * cycle, fork), submit.c (slots, the queue, batching, starting and cancelling operations),
+ * complete.c (completions, results, futures resolved), loop.c (the flush, the eventfd's
+ * reader, parked callers), methods.c (the Python methods that start operations), stats.c
+ * (counters and details), inline.c (the inline fast path and its budget), uring.c and kaio.c
+ * (the kernel backends), lazy.c, call.c, lines.c, window.c and module.c.
  */
 #ifndef AIONATIVE_ENGINE_H
 #define AIONATIVE_ENGINE_H
@@ -397,39 +399,20 @@ typedef struct gcounters {
 } gcounters_t;
 extern gcounters_t g_count;
 
-/* engine.c */
+/* engine.c: the Engine type */
+extern PyTypeObject Engine_Type;
+extern unsigned long engine_fork_generation;
+int engine_module_init(PyObject *m);
 /* The engine's event loop (a new reference), or NULL when it is gone. */
 PyObject *engine_loop(engine_t *e);
 /* Whether `loop` is the engine's event loop (no reference kept). */
 int engine_loop_is(engine_t *e, PyObject *loop);
-extern PyTypeObject Engine_Type;
-extern unsigned long engine_fork_generation;
-extern PyObject *g_future_type;      /* asyncio.Future */
-extern PyObject *g_str_loop;         /* interned "loop" */
-int engine_module_init(PyObject *m);
-/* Engine methods that call.c calls without a method lookup (the Python methods of the same
- * names: results, errors and arguments as there). */
-PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_read_inline(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_readinto_inline(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_cancel(engine_t *e, PyObject *fut);
-PyObject *Engine_cancel_wait(engine_t *e, PyObject *fut);
-/* The Call's small pread / preadinto: as Engine_read / Engine_readinto (inline, else the
- * kernel queue), but a read the spent budget or the run's slice refused is done inline all
- * the same and its caller parks: a future a later flush resolves (see engine_park). */
-PyObject *engine_read_or_park(engine_t *e, PyObject *const *args, int into);
-/* Backends report each completion here; it continues, retries or finishes the operation. */
-void engine_complete(engine_t *e, uint32_t idx, int64_t res);
-/* A piece the kernel never accepted ends its operation with `err` (no retry). */
-void engine_fail_unaccepted(engine_t *e, uint32_t idx, int err);
+/* Close the engine: wait for the kernel to finish what it holds (reads are cancelled), then
+ * free its resources; while an engine callback is on the stack (busy), done when the outermost
+ * returns (engine_leave). 0, or -1 with the error set. */
+int engine_do_close(engine_t *e);
+PyObject *Engine_close(engine_t *e, PyObject *unused);
 PyObject *engine_forget_inherited(PyObject *m, PyObject *unused);
 PyObject *engine_counters(PyObject *m, PyObject *unused);
-int engine_schedule_flush(engine_t *e);
-/* Raises (RuntimeError) and returns 0 unless the engine may be used here and now. */
-int engine_usable(engine_t *e);
 
 #endif

@@ -6,6 +6,7 @@
  */
 #include "engine.h"  /* Python.h first: it defines _GNU_SOURCE */
 #include "inline.h"
+#include "loop.h"
 
 #include <errno.h>
 #include <fcntl.h>

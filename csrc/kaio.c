@@ -17,6 +17,7 @@
  * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
  */
 #include "engine.h"
+#include "complete.h"
 #include "kaio.h"
 
 #include <errno.h>

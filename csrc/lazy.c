@@ -15,6 +15,7 @@
 #include "inline.h"
 #include "lazy.h"
 #include "module.h"
+#include "submit.h"
 
 #include <fcntl.h>
 #include <structmember.h>

@@ -1,7 +1,8 @@
 /* aionative._core: module initialisation, probes, counters and the fault-injection switch.
- * The engine lives in engine.c (its inline fast path in inline.c); the kernel interfaces in
- * uring.c and kaio.c; the async-for step in lines.c; the file layer's raw read from its
- * window in window.c. */
+ * The engine lives in engine.c (the type, its life cycle), submit.c, complete.c, loop.c,
+ * methods.c and stats.c (engine.h lists them), its inline fast path in inline.c; the kernel
+ * interfaces in uring.c and kaio.c; the async-for step in lines.c; the file layer's raw read
+ * from its window in window.c. */
 #include "engine.h"
 #include "call.h"
 #include "inline.h"

@@ -2,6 +2,7 @@
  * registered eventfd the loop watches, and the best setup flags the kernel accepts.
  */
 #include "engine.h"
+#include "complete.h"
 #include "uring.h"
 #include "uring_abi.h"
 
