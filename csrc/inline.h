@@ -10,7 +10,7 @@
 #define INLINE_MAX (1u << 20)
 /* Larger writes go to the kernel queue: their copy outweighs the hand-off, and io_uring's
  * worker (or Linux AIO's io_submit, in one batch) keeps it off the loop's turns (1 MiB writes
- * done inline ran slower than queued, with more loop lag: `python -m bench --workloads W5F`). */
+ * done inline run slower than queued, with more loop lag: `python -m bench --workloads W5F`). */
 #define WRITE_INLINE_MAX (64u << 10)
 
 /* inline_allowed's `retry` for a read refused already, done now all the same (its caller

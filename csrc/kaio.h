@@ -7,9 +7,9 @@
 
 /* The most one Linux AIO O_DIRECT re-issue reads (kaio.c, direct_setup): a larger read goes in
  * pieces of this size, one after another, through one bounce buffer of this size. One piece of
- * the whole read needed a second buffer as large as the caller's (a 256 MiB read held 512 MiB)
- * and stopped the loop for its copy-out (a fifth of a second for 256 MiB); the
- * block layer still splits each piece into requests the device takes at once. */
+ * the whole read would need a second buffer as large as the caller's (a 256 MiB read would hold
+ * 512 MiB) and stop the loop for its copy-out (a fifth of a second for 256 MiB); the block
+ * layer still splits each piece into requests the device takes at once. */
 #define DETOUR_MAX (4u << 20)
 
 extern const backend_ops kaio_ops;

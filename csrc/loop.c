@@ -247,7 +247,7 @@ static void engine_settle(engine_t *e, uint64_t sent)
  * nothing to ask). What is left with the kernel then says whether the engine is deep: a read
  * answered inside the call (cached) leaves the device nothing of ours, and the next read
  * waits for the flush. (Left deep after an early read, a task reading cached data through
- * the queue got every future done on return and never yielded.) */
+ * the queue would get every future done on return and never yield.) */
 void engine_send_settled(engine_t *e)
 {
     engine_pump(e);

@@ -235,9 +235,9 @@ static uint32_t aligned_slot(engine_t *e, int kind, int fd, PyObject *bytes, cha
  * still asks the file) into a bytes object the operation owns (aligned_bytes), and the result
  * is the part asked for, copied out when the completion is reaped. For files that have
  * positions (regular files, block devices): on a pipe the block read would consume data past
- * what was asked for (the file layer sends streams elsewhere). The file layer's direct
- * reads (open(..., direct=True)) mapped a fresh buffer a read instead (mmap, the faults of
- * pinning it, munmap): several times this path's CPU for a 4 KiB read
+ * what was asked for (the file layer sends streams elsewhere). For the file layer's direct
+ * reads (open(..., direct=True)), mapping a fresh buffer a read instead (mmap, the faults of
+ * pinning it, munmap) costs several times this path's CPU for a 4 KiB read
  * (`python -m bench --workloads W3`). */
 static PyObject *Engine_pread_direct(engine_t *e, PyObject *const *args, Py_ssize_t n)
 {

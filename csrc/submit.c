@@ -142,10 +142,10 @@ int engine_reap(engine_t *e, int flags)
  * the batch. So a read that brings the prepared operations to EARLY_SUBMIT sends them at once
  * (W2's O_DIRECT 4 KiB reads at depth 64: `python -m bench --workloads W2`), and so does a
  * read the kernel would hold alone: the device has nothing of ours, and a read kept for the
- * flush waits out one more loop iteration with it idle (W2 at depth 1, every read). Cached reads complete inside the
- * submission: not deep, at the flush and after a read sent early alike. Writes do not trigger
- * it: buffered ones go to kernel workers, where starting early gains nothing and the extra
- * system calls cost (W5). */
+ * flush waits out one more loop iteration with it idle (W2 at depth 1, every read). Cached
+ * reads complete inside the submission: not deep, at the flush and after a read sent early
+ * alike. Writes do not trigger it: buffered ones go to kernel workers, where starting early
+ * gains nothing and the extra system calls cost (W5). */
 #define EARLY_SUBMIT 2
 
 /* Whether an operation of this kind, enqueued now, is sent inside its call. */
