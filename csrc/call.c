@@ -23,6 +23,13 @@
  * - the threads engine delegates to the Python coroutines call_setup() named.
  */
 #include "engine.h"  /* Python.h first */
+#include "call.h"
+#include "inline.h"
+#include "kaio.h"
+#include "lazy.h"
+#include "methods.h"
+#include "module.h"
+#include "submit.h"
 
 #include <stddef.h>
 

@@ -1,14 +1,25 @@
-/* aionative engine: structures shared by the module, the engine core and the two kernel
- * backends (uring.c: io_uring, kaio.c: Linux AIO).
+/* aionative engine: what every unit of the engine shares. The operation slot, the counters, the
+ * backend ops table and the two backends' state inside the engine struct; the constants the
+ * units agree on; the fault-injection points and the process-wide resource counters; and the
+ * few things engine.c (the Engine type) gives the others.
  *
  * One engine serves one asyncio event loop, on that loop's thread. Operations live in a slot
  * table that never moves (blocks of OP_BLOCK slots), so a slot index is a stable user_data for
  * the kernel. A slot owns everything the kernel may touch until its completion is reaped.
+ *
+ * The units, each with a header of what it gives the others: engine.c (the type, its life
+ * cycle, fork), submit.c (slots, the queue, batching, starting and cancelling operations),
+ * complete.c (completions, results, futures resolved), loop.c (the flush, the eventfd's
+ * reader, parked callers), methods.c (the Python methods that start operations), stats.c
+ * (counters and details), inline.c (the inline fast path and its budget), uring.c and kaio.c
+ * (the kernel backends), lazy.c, call.c, lines.c, window.c and module.c.
  */
 #ifndef AIONATIVE_ENGINE_H
 #define AIONATIVE_ENGINE_H
 
+#ifndef PY_SSIZE_T_CLEAN
 #define PY_SSIZE_T_CLEAN
+#endif
 #include <Python.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -27,7 +38,6 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
 #define PyWeakref_GetRef aionative_weakref_getref
 #endif
 
-
 /* The most one read/write system call transfers (MAX_RW_COUNT); larger operations are split. */
 #define KERNEL_RW_MAX 0x7ffff000u
 
@@ -37,34 +47,7 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
 /* O_DIRECT alignment used by the Linux AIO re-issue path: a multiple of every logical block
  * size up to 4 KiB, for memory address, length and offset alike. */
 #define DIO_ALIGN 4096u
-/* The most one Linux AIO O_DIRECT re-issue reads (kaio.c, direct_setup): a larger read goes in
- * pieces of this size, one after another, through one bounce buffer of this size. One piece of
- * the whole read needed a second buffer as large as the caller's (a 256 MiB read held 512 MiB)
- * and stopped the loop for its copy-out (a fifth of a second for 256 MiB); the
- * block layer still splits each piece into requests the device takes at once. */
-#define DETOUR_MAX (4u << 20)
 
-/* Default wall time inline completions may take per loop iteration (see engine_t). */
-#define DEFAULT_BUDGET_NS 150000u
-/* A call the budget refused, retried after one turn of the loop, may still run inline while the
- * iteration's inline work is under this many budgets (see inline_budget_ok). */
-#define RETRY_GRACE 4u
-
-/* While callers wait parked (see engine_park), a run of inline reads — one task's, between
- * two of its waits — may complete this many before its next read parks it in turn. */
-#define PARK_SLICE 16u
-/* An inline write that took longer than this slept in the kernel (dirty-page throttling, a
- * page read from the disk, a journal or inode lock): writes then go to the kernel queue for
- * WRITE_CALM_NS (see inline_write). */
-#define WRITE_STALL_NS 1000000u
-#define WRITE_CALM_NS 1000000000u
-/* Taking the GIL back after an inline write took longer than this: another thread had it (the
- * loop's thread slept meanwhile). */
-#define GIL_WAIT_NS 50000u
-/* Larger writes go to the kernel queue: their copy outweighs the hand-off, and io_uring's
- * worker (or Linux AIO's io_submit, in one batch) keeps it off the loop's turns (1 MiB writes
- * done inline ran slower than queued, with more loop lag: `python -m bench --workloads W5F`). */
-#define WRITE_INLINE_MAX (64u << 10)
 /* A buffered write of at least this many bytes is never copied into the page cache inside a
  * system call on the loop's thread, and starts at once rather than at the iteration's flush:
  * io_uring gets it with IOSQE_ASYNC (straight to an io-wq worker, which the kernel hashes by
@@ -72,14 +55,8 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
  * engine's writer threads (kaio.c). Below it the hand-off costs more than the copy (64 KiB
  * lands in ~10 us); `python -m bench --workloads W8 W5F` measures both sides. */
 #define WRITE_ASYNC_MIN (256u << 10)
-/* Linux AIO: the most writer threads an engine starts (one a large write in flight), and
- * how much nicer than the thread that starts them they run (the threads backend's
- * WRITER_NICE too: see kaio.c, writer_main). */
+/* Linux AIO: the most writer threads an engine starts (one a large write in flight). */
 #define KAIO_WRITERS 4
-#define WRITER_NICE 10
-/* Larger reads always go to the kernel queue: one inline copy must stay well within a budget
- * (1 MiB from the page cache takes ~0.1 ms here). */
-#define INLINE_MAX (1u << 20)
 
 enum op_kind {
     OP_READ,      /* result: a new bytes object the kernel reads into */
@@ -322,7 +299,7 @@ typedef struct engine {
     int flush_scheduled;
     int collecting;           /* a loop callback (Engine_on_ready, the loop's flush) is reaping:
                                * the futures it resolves hand their done callbacks to `wake`
-                               * (engine.c, future_resolve_collect) */
+                               * (complete.c, future_resolve_collect) */
     PyObject *wake;           /* owned; a list of (future, callbacks) while collecting, made
                                * at the first; NULL otherwise */
     int deep;                 /* the last flush or early submission left operations with the
@@ -376,177 +353,10 @@ typedef struct engine {
     struct engine *gprev, *gnext;  /* all engines of the process (GIL-protected) */
 } engine_t;
 
-/* The engine's event loop (a new reference), or NULL when it is gone. */
-PyObject *engine_loop(engine_t *e);
-/* Whether `loop` is the engine's event loop (no reference kept). */
-int engine_loop_is(engine_t *e, PyObject *loop);
-
-/* engine.c */
-extern PyTypeObject Engine_Type;
-extern unsigned long engine_fork_generation;
-extern PyObject *g_future_type;      /* asyncio.Future */
-extern PyObject *g_str_loop;         /* interned "loop" */
-int engine_module_init(PyObject *m);
-/* Engine methods that call.c calls without a method lookup (the Python methods of the same
- * names: results, errors and arguments as there). */
-PyObject *Engine_read(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_read_inline(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_pread(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_readinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_readinto_inline(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_preadinto(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_write(engine_t *e, PyObject *const *args, Py_ssize_t n);
-PyObject *Engine_cancel(engine_t *e, PyObject *fut);
-PyObject *Engine_cancel_wait(engine_t *e, PyObject *fut);
-/* The Call's small pread / preadinto: as Engine_read / Engine_readinto (inline, else the
- * kernel queue), but a read the spent budget or the run's slice refused is done inline all
- * the same and its caller parks: a future a later flush resolves (see engine_park). */
-PyObject *engine_read_or_park(engine_t *e, PyObject *const *args, int into);
 static inline op_t *engine_slot(engine_t *e, uint32_t idx)
 {
     return &e->blocks[idx / OP_BLOCK][idx % OP_BLOCK];
 }
-/* Backends report each completion here; it continues, retries or finishes the operation. */
-void engine_complete(engine_t *e, uint32_t idx, int64_t res);
-/* A piece the kernel never accepted ends its operation with `err` (no retry). */
-void engine_fail_unaccepted(engine_t *e, uint32_t idx, int err);
-PyObject *engine_forget_inherited(PyObject *m, PyObject *unused);
-PyObject *engine_counters(PyObject *m, PyObject *unused);
-
-int engine_schedule_flush(engine_t *e);
-
-/* inline.c: the inline fast path and its cooperative budget */
-int inline_budget_ok(engine_t *e, int retry);
-/* inline_allowed's `retry` for a read refused already, done now all the same (its caller
- * parks: see engine_park). */
-#define INLINE_NOW 2
-int inline_allowed(engine_t *e, int fd, int retry);
-int inline_turn_spent(engine_t *e);
-/* 1 if what the engine knows of `fd` now says its reads never go inline (O_DIRECT). */
-int inline_fd_refuses(engine_t *e, int fd);
-/* 0 if `fd` has a file position (pread/pwrite may use it), else -1 with OSError(ESPIPE) set. */
-int inline_fd_positional(engine_t *e, int fd);
-/* 1 if this iteration already found `fd` to have a position (no system call, no error). */
-int inline_fd_known_positional(engine_t *e, int fd);
-int inline_read(engine_t *e, int fd, char *buf, uint64_t len, int64_t off, int64_t eof,
-                uint64_t *got);
-int inline_empty_read(engine_t *e, int fd, int64_t off);
-/* 1 if a write on `fd` may be done inline now, WRITE_LATER if it could be but the budget is
- * spent (the caller yields a turn and retries), 0 if it goes to the kernel queue, -1 on error. */
-#define WRITE_LATER 2
-int inline_write_allowed(engine_t *e, int fd, int retry);
-int inline_write(engine_t *e, int fd, const char *buf, uint64_t len, int64_t off,
-                 uint64_t *got);
-int inline_empty_readinto(engine_t *e, int fd, int64_t off);
-/* A whole small regular file, read inline: bytes (the descriptor is closed), an int (a
- * descriptor opened here that the caller reads and closes), False (this iteration's budget
- * is spent: yield, then try again) or None (nothing opened: use the kernel queue). */
-PyObject *inline_read_file(engine_t *e, int dirfd, const char *path, int retry);
-/* open(2) of `path` inline when the dentry cache holds it: the descriptor (int), False (budget
- * spent: yield, then try again) or None (use the kernel queue: not cached, an error, or a
- * flag that may write: O_CREAT, O_TRUNC, O_TMPFILE). Opened the way io_uring's openat opens:
- * O_NONBLOCK first, cleared afterwards unless `flags` has it. */
-PyObject *inline_open(engine_t *e, int dirfd, const char *path, int flags, int retry);
-/* inline_open's open alone, not bounded by the budget: the descriptor with O_NONBLOCK still
- * set (inline_clear_nonblock clears it), or -1 (use the kernel queue). */
-int inline_open_fd(engine_t *e, int dirfd, const char *path, int flags);
-/* Clear O_NONBLOCK on a descriptor an inline open opened: 0, or -1 with the error set. */
-int inline_clear_nonblock(engine_t *e, int fd);
-/* close(2) inline of a descriptor whose close cannot wait: a regular file, still linked,
- * opened read-only, on a local filesystem (no ->flush); whenever the fast path is on, even
- * with the budget spent. `rdonly_regular`: the caller opened it read-only (no F_GETFL). 1
- * closed, 0 not (use the queue), -1 error (the descriptor is closed all the same, as close(2)
- * leaves it). */
-int inline_close(engine_t *e, int fd, int rdonly_regular);
-/* The engine opened or closed descriptor `fd`: what fd_memo knew about the number is void. */
-void inline_forget_fd(engine_t *e, int fd);
-/* The loop has polled: a new iteration, whose inline budget and fd_memo start afresh. */
-void inline_new_iteration(engine_t *e);
-/* A read of `size` bytes at `off` on a descriptor opened here without O_DIRECT, inline or not
- * at all: bytes (all cached), False (the budget is spent), None (use the kernel queue).
- * `eof`: the file's size as fstat(2) gave it (see inline_read). */
-PyObject *inline_read_known(engine_t *e, int fd, Py_ssize_t size, int64_t off, int64_t eof,
-                            int retry);
-
-/* engine.c: raises (RuntimeError) and returns 0 unless the engine may be used here and now. */
-int engine_usable(engine_t *e);
-/* module.c: the await of an awaitable done at once, its value taken from *slot (None when
- * empty): am_send's form, and tp_iternext's (StopIteration carries the value). */
-PySendResult done_send(PyObject **slot, PyObject **result);
-PyObject *done_next(PyObject **slot);
-/* module.c: the running loop (borrowed), or NULL when it cannot tell (ask asyncio). */
-PyObject *running_loop_borrowed(void);
-
-/* lazy.c: LazyReader, the state of an `rb` file before its stack exists, and its open. */
-extern PyTypeObject LazyReader_Type;
-PyObject *lazy_open(engine_t *e, PyObject *const *args, Py_ssize_t n);
-int lazy_module_init(PyObject *m);
-/* The running loop's engine, as aionative._engine.get_engine() returns it (which it calls
- * only when the engine it last returned no longer serves this loop and thread). New ref. */
-PyObject *running_engine(void);
-
-/* call.c: Call, what aionative.pread, preadinto and pwrite return */
-int call_module_init(PyObject *m);
-
-/* lines.c: LineGate and LineStep, the inline step of `async for` over a file */
-int lines_module_init(PyObject *m);
-
-/* module.c: a method descriptor with a C fast path that falls back on a Python function
- * (lines.c's LineStep, window.c's WindowReadinto). An instance holds `slow`; its type, made
- * by FASTPATH_TYPE, supplies the vectorcall `call`. As a class attribute it gives bound
- * methods; method calls skip that (Py_TPFLAGS_METHOD_DESCRIPTOR) and pass the instance as
- * the first argument. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *slow;
-    vectorcallfunc vectorcall;
-} fastpath_t;
-PyObject *fastpath_new(PyTypeObject *type, PyObject *args, vectorcallfunc call);
-PyObject *fastpath_get(PyObject *self, PyObject *obj, PyObject *type);
-int fastpath_traverse(fastpath_t *f, visitproc visit, void *arg);
-int fastpath_clear(fastpath_t *f);
-void fastpath_dealloc(fastpath_t *f);
-/* Defines `static PyTypeObject var` and its tp_new: var(slow) makes an instance whose calls
- * go to `call` (a vectorcallfunc taking the fastpath_t). */
-#define FASTPATH_TYPE(var, name, doc, call)                                                \
-static PyObject *var##_new(PyTypeObject *type, PyObject *args, PyObject *kw)               \
-{                                                                                          \
-    return fastpath_new(type, args, (vectorcallfunc)(call));                               \
-}                                                                                          \
-static PyTypeObject var = {                                                                \
-    PyVarObject_HEAD_INIT(NULL, 0)                                                         \
-    .tp_name = (name),                                                                     \
-    .tp_doc = (doc),                                                                       \
-    .tp_basicsize = sizeof(fastpath_t),                                                    \
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |      \
-                Py_TPFLAGS_METHOD_DESCRIPTOR,                                              \
-    .tp_vectorcall_offset = offsetof(fastpath_t, vectorcall),                              \
-    .tp_call = PyVectorcall_Call,                                                          \
-    .tp_new = var##_new,                                                                   \
-    .tp_descr_get = fastpath_get,                                                          \
-    .tp_traverse = (traverseproc)fastpath_traverse,                                        \
-    .tp_clear = (inquiry)fastpath_clear,                                                   \
-    .tp_dealloc = (destructor)fastpath_dealloc,                                            \
-}
-
-/* window.c: WindowReadinto, WindowRaw.readinto's window hit */
-int window_module_init(PyObject *m);
-
-/* uring.c / kaio.c: create the backend state in `e`. 0 or -errno, with a reason written. */
-extern const backend_ops uring_ops;
-extern const backend_ops kaio_ops;
-int uring_create(engine_t *e, unsigned entries, unsigned force_flags, int use_force_flags,
-                 char *why, size_t whylen);
-int uring_probe(unsigned *flags_out, char *why, size_t whylen);
-/* Whether this engine can run `kind` in the kernel (else the caller uses a thread). */
-int engine_supports(engine_t *e, int kind);
-int kaio_create(engine_t *e, unsigned entries, char *why, size_t whylen);
-void kaio_pool_drain(void);
-void kaio_after_fork_child(void);
-/* The operation lets go of its O_DIRECT descriptor of the detour (its reference to a cache
- * entry, or its own). A descriptor closed is kept open instead while its file has a lock on it:
- * closing any descriptor of a file drops the process's POSIX locks on it (kaio.c, maybe_locked). */
-void kaio_direct_release(engine_t *e, op_t *op);
 
 /* Fault injection: a test-only mechanism compiled into every build (one load per call site).
  * A point armed with (errno, count, after) lets `after` calls pass, then makes the next
@@ -588,5 +398,21 @@ typedef struct gcounters {
     long engines, rings, eventfds, aio_contexts, aio_pooled, direct_fds, direct_parked;
 } gcounters_t;
 extern gcounters_t g_count;
+
+/* engine.c: the Engine type */
+extern PyTypeObject Engine_Type;
+extern unsigned long engine_fork_generation;
+int engine_module_init(PyObject *m);
+/* The engine's event loop (a new reference), or NULL when it is gone. */
+PyObject *engine_loop(engine_t *e);
+/* Whether `loop` is the engine's event loop (no reference kept). */
+int engine_loop_is(engine_t *e, PyObject *loop);
+/* Close the engine: wait for the kernel to finish what it holds (reads are cancelled), then
+ * free its resources; while an engine callback is on the stack (busy), done when the outermost
+ * returns (engine_leave). 0, or -1 with the error set. */
+int engine_do_close(engine_t *e);
+PyObject *Engine_close(engine_t *e, PyObject *unused);
+PyObject *engine_forget_inherited(PyObject *m, PyObject *unused);
+PyObject *engine_counters(PyObject *m, PyObject *unused);
 
 #endif

@@ -5,6 +5,8 @@
  * watched for stalls). Whatever cannot be done this way goes to the queue unchanged.
  */
 #include "engine.h"  /* Python.h first: it defines _GNU_SOURCE */
+#include "inline.h"
+#include "loop.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +19,10 @@
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
+
+/* A call the budget refused, retried after one turn of the loop, may still run inline while the
+ * iteration's inline work is under this many budgets (see inline_budget_ok). */
+#define RETRY_GRACE 4u
 
 static uint64_t mono_ns(void)
 {
@@ -56,7 +62,7 @@ static void budget_mark_spent(engine_t *e)
  * refused calls like any other. Without this, every task but the first to run in an iteration
  * would be refused again, each of its calls deferred through a future: a bounded grace lets
  * each of them do its one call. */
-int inline_budget_ok(engine_t *e, int retry)
+static int inline_budget_ok(engine_t *e, int retry)
 {
     if (!e->budget_ns)
         return 0;
@@ -370,6 +376,15 @@ static int local_mount(engine_t *e, int fd, const struct statx *sx)
  * preemption or a virtual CPU the host did not run, nor a wait to take the GIL back), sends
  * every write to the kernel queue for WRITE_CALM_NS, where a sleep is a worker's, not the
  * loop's. */
+
+/* An inline write that took longer than this slept in the kernel (dirty-page throttling, a
+ * page read from the disk, a journal or inode lock): writes then go to the kernel queue for
+ * WRITE_CALM_NS (see inline_write). */
+#define WRITE_STALL_NS 1000000u
+#define WRITE_CALM_NS 1000000000u
+/* Taking the GIL back after an inline write took longer than this: another thread had it (the
+ * loop's thread slept meanwhile). */
+#define GIL_WAIT_NS 50000u
 
 /* The loop thread's voluntary context switches (it slept) so far; -1 if unknown. */
 static long thread_sleeps(engine_t *e)

@@ -17,6 +17,8 @@
  * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
  */
 #include "engine.h"
+#include "complete.h"
+#include "kaio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +37,10 @@
 #ifndef RWF_NOWAIT
 #define RWF_NOWAIT 0x00000008
 #endif
+
+/* How much nicer than the thread that starts them the writer threads run (the threads
+ * backend's WRITER_NICE too: see writer_main). */
+#define WRITER_NICE 10
 
 #define POOL_MAX 8
 

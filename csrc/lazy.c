@@ -12,6 +12,10 @@
  * object closes it (close, or its finaliser).
  */
 #include "engine.h"  /* Python.h first: it defines _GNU_SOURCE */
+#include "inline.h"
+#include "lazy.h"
+#include "module.h"
+#include "submit.h"
 
 #include <fcntl.h>
 #include <structmember.h>
@@ -35,6 +39,7 @@ typedef struct {
 } lazy_t;
 
 static PyObject *str_lazy, *str_busy, *str_close, *get_engine_fn, *empty_tuple;
+static PyTypeObject LazyReader_Type;  /* defined below the LazyReader methods */
 
 /* ---------------------------------------------------------------- the engine */
 
@@ -343,7 +348,7 @@ static PyMemberDef Lazy_members[] = {
     {NULL},
 };
 
-PyTypeObject LazyReader_Type = {
+static PyTypeObject LazyReader_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "aionative._core.LazyReader",
     .tp_doc = "A lazy rb file's state before its stack exists (made by Engine.open_lazy).",

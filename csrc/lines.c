@@ -16,7 +16,8 @@
  * a read the line budget: each moves the position by an amount the other's count does not
  * know.
  */
-#include "engine.h"  /* Python.h first */
+#include "module.h"  /* Python.h first */
+#include "lines.h"
 
 #include <structmember.h>
 

@@ -1,13 +1,26 @@
 /* aionative._core: module initialisation, probes, counters and the fault-injection switch.
- * The engine lives in engine.c (its inline fast path in inline.c); the kernel interfaces in
- * uring.c and kaio.c; the async-for step in lines.c; the file layer's raw read from its
- * window in window.c. */
+ * The engine lives in engine.c (the type, its life cycle), submit.c, complete.c, loop.c,
+ * methods.c and stats.c (engine.h lists them), its inline fast path in inline.c; the kernel
+ * interfaces in uring.c and kaio.c; the async-for step in lines.c; the file layer's raw read
+ * from its window in window.c. */
 #include "engine.h"
+#include "call.h"
+#include "inline.h"
+#include "kaio.h"
+#include "lazy.h"
+#include "lines.h"
+#include "module.h"
+#include "uring.h"
+#include "window.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
+
+int fault_errno[FP_COUNT];
+int fault_count[FP_COUNT];
+int fault_skip[FP_COUNT];
 
 static PyObject *probe_io_uring(PyObject *m, PyObject *unused)
 {
@@ -169,7 +182,7 @@ PyObject *done_next(PyObject **slot)
 
 /* ---------------------------------------------------------------- fast-path descriptors */
 
-/* The method descriptor of engine.h's FASTPATH_TYPE (LineStep, WindowReadinto). */
+/* The method descriptor of module.h's FASTPATH_TYPE (LineStep, WindowReadinto). */
 PyObject *fastpath_new(PyTypeObject *type, PyObject *args, vectorcallfunc call)
 {
     PyObject *slow;

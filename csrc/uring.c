@@ -2,6 +2,8 @@
  * registered eventfd the loop watches, and the best setup flags the kernel accepts.
  */
 #include "engine.h"
+#include "complete.h"
+#include "uring.h"
 #include "uring_abi.h"
 
 #include <errno.h>
@@ -14,6 +16,8 @@
 
 /* user_data of the engine's own ASYNC_CANCEL requests (slot indexes are below OP_NONE). */
 #define CANCEL_UD ((uint64_t)UINT64_MAX)
+
+static const backend_ops uring_ops;  /* defined at the end */
 
 /* TASKRUN_FLAG matters with DEFER_TASKRUN too: one GETEVENTS runs at most max(20,
  * min_complete) deferred items (6.10+); what is left sits on a retry list that does not signal
@@ -551,7 +555,7 @@ static int u_info(engine_t *e, PyObject *d)
     return rc;
 }
 
-const backend_ops uring_ops = {
+static const backend_ops uring_ops = {
     .name = "io_uring",
     .prep = u_prep,
     .submit = u_submit,

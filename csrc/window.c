@@ -9,7 +9,8 @@
  * read the window does not cover, a buffer that is not a writable contiguous one — calls the
  * Python readinto, which raises the errors and takes the misses as before.
  */
-#include "engine.h"  /* Python.h first */
+#include "module.h"  /* Python.h first */
+#include "window.h"
 
 #include <string.h>
 

@@ -305,7 +305,7 @@ async def test_reads_a_device_holds_are_submitted_two_at_a_time(native_backend: 
     leaves reads with the kernel (O_DIRECT: the device has them), the engine is deep until the
     next flush: the first read of a round goes at once, alone (the device holds nothing else of
     ours), then every two, so the device starts on them while the loop prepares the rest
-    (``EARLY_SUBMIT``, csrc/engine.c); the eighth waits for the flush: five batches. Cached
+    (``EARLY_SUBMIT``, csrc/submit.c); the eighth waits for the flush: five batches. Cached
     reads (queued here: the inline path is off) complete inside their submission and leave it
     shallow. A device that answers a batch within its submission (a VM whose host holds the
     data, some of the time) leaves it shallow too, rightly: at the flush (one batch; the pair

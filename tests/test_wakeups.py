@@ -2,10 +2,10 @@
 iteration's flush) wakes its awaiting task right there: the engine takes the future's done
 callbacks off it before resolving it and calls them itself when the reap is over, instead of
 the future scheduling each with ``loop.call_soon`` for the next iteration
-(``future_resolve_collect`` and ``engine_run_wakeups`` in csrc/engine.c). The callbacks must
-see what the loop would have given them: the order they were added in, their contexts, a done
-future; an exception goes to the loop's exception handler, and ``KeyboardInterrupt`` stops the
-loop without losing the callbacks after it."""
+(``future_resolve_collect`` in csrc/complete.c, ``engine_run_wakeups`` in csrc/loop.c). The
+callbacks must see what the loop would have given them: the order they were added in, their
+contexts, a done future; an exception goes to the loop's exception handler, and
+``KeyboardInterrupt`` stops the loop without losing the callbacks after it."""
 
 from __future__ import annotations
 
