@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install build debug asan asan-ci test soak fuzz bench bench-pytest bench-http docs lint typecheck clean test-installed test-all dist
+.PHONY: help install build debug asan asan-ci test test-portable soak fuzz bench bench-pytest bench-http docs lint typecheck clean test-installed test-all dist
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -54,6 +54,10 @@ asan-ci: $(STAMP) ## the sanitizer pass CI runs (~12 min): engine, fault, signal
 test: build ## run the test suite on every available backend, on asyncio and uvloop
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+test-portable: build ## the suite with CPython's and asyncio's internals turned off (AIONATIVE_INTERNALS=0): the public-API paths
+	@AIONATIVE_INTERNALS=0 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-portable: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 soak: build ## the stress/soak test at full length: one million operations per backend and loop
 	AIONATIVE_SOAK_OPS=1000000 $(PY) -m pytest -q -s tests/test_soak.py --timeout 3600 $(PYTEST_ARGS)

@@ -32,12 +32,12 @@ else:
     ext_modules = [
         Extension(
             "aionative._core",
-            sources=["csrc/module.c", "csrc/engine.c", "csrc/submit.c", "csrc/complete.c",
-                     "csrc/loop.c", "csrc/methods.c", "csrc/stats.c", "csrc/inline.c",
+            sources=["csrc/module.c", "csrc/compat.c", "csrc/engine.c", "csrc/submit.c",
+                     "csrc/complete.c", "csrc/loop.c", "csrc/methods.c", "csrc/stats.c", "csrc/inline.c",
                      "csrc/lazy.c", "csrc/lines.c", "csrc/call.c", "csrc/window.c",
                      "csrc/uring.c", "csrc/kaio.c"],
-            depends=["csrc/engine.h", "csrc/submit.h", "csrc/complete.h", "csrc/loop.h",
-                     "csrc/methods.h", "csrc/stats.h", "csrc/inline.h", "csrc/lazy.h",
+            depends=["csrc/engine.h", "csrc/compat.h", "csrc/submit.h", "csrc/complete.h",
+                     "csrc/loop.h", "csrc/methods.h", "csrc/stats.h", "csrc/inline.h", "csrc/lazy.h",
                      "csrc/lines.h", "csrc/call.h", "csrc/window.h", "csrc/module.h",
                      "csrc/uring.h", "csrc/kaio.h", "csrc/uring_abi.h"],
             define_macros=macros,

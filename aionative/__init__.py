@@ -11,6 +11,7 @@ from typing import Any
 
 from . import (  # `import aiofiles` brings tempfile, threadpool and base too
     _backend,
+    _configure,
     _engine,
     base,
     tempfile,
@@ -23,6 +24,8 @@ from ._helpers import read_bytes, read_text, write_bytes, write_text
 from ._lowlevel import fdatasync, fsync, pread, preadinto, pwrite
 from ._open import AiofilesContextManager, open
 from ._stdio import stderr, stderr_bytes, stdin, stdin_bytes, stdout, stdout_bytes
+
+_configure.configure()  # (every module above imported: the extension is handed its paths)
 
 __all__ = [
     "AiofilesContextManager",

@@ -172,7 +172,6 @@ class RbOpen:
 
 def rb_open(file: str | os.PathLike[str] | os.PathLike[bytes],
             loop: asyncio.AbstractEventLoop | None, executor: Executor | None, /) -> RbOpen: ...
-def rb_setup(cls: type, rest: Callable[..., Awaitable[Any]], /) -> None: ...
 
 class Call(Coroutine[Any, Any, _T]):
     """What ``pread``, ``preadinto`` and ``pwrite`` return (registered as a ``Coroutine``):
@@ -186,9 +185,13 @@ class Call(Coroutine[Any, Any, _T]):
 def pread(fd: int, size: int, offset: int, /) -> Call[bytes]: ...
 def preadinto(fd: int, buffer: Buffer, offset: int, /) -> Call[int]: ...
 def pwrite(fd: int, data: Buffer, offset: int, /) -> Call[int]: ...
-def call_setup(pread: Callable[[int, int, int], Awaitable[bytes]],
-               preadinto: Callable[[int, Any, int], Awaitable[int]],
-               pwrite: Callable[[int, Any, int], Awaitable[int]],
-               write_refused: Callable[..., Awaitable[int]], turn_min: int,
-               cancelled: type[BaseException],
-               read_refused: Callable[[Any, Any, Any, bool], Awaitable[Any]], /) -> None: ...
+def configure(*, get_engine: Callable[[], Any] = ...,
+              pread: Callable[[int, int, int], Awaitable[bytes]] = ...,
+              preadinto: Callable[[int, Any, int], Awaitable[int]] = ...,
+              pwrite: Callable[[int, Any, int], Awaitable[int]] = ...,
+              write_refused: Callable[..., Awaitable[int]] = ...,
+              read_refused: Callable[[Any, Any, Any, bool], Awaitable[Any]] = ...,
+              cancelled_error: type[BaseException] = ..., turn_min: int = ...,
+              rb_class: type = ..., rb_rest: Callable[..., Awaitable[Any]] = ...,
+              internals: bool = ...) -> None: ...
+def internals() -> dict[str, Any]: ...

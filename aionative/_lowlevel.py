@@ -22,7 +22,7 @@ class _HasFileno(Protocol):
 FileDescriptorLike = int | _HasFileno
 
 
-async def _pread(fd: int, size: int, offset: int) -> bytes:
+async def pread_python(fd: int, size: int, offset: int) -> bytes:
     """Read up to ``size`` bytes at ``offset`` (like ``os.pread``, but never blocking the loop).
 
     Reads larger than the kernel's per-call limit are split; a short result means end of file.
@@ -44,7 +44,7 @@ async def _pread(fd: int, size: int, offset: int) -> bytes:
         raise
 
 
-async def _preadinto(fd: int, buffer: Any, offset: int) -> int:
+async def preadinto_python(fd: int, buffer: Any, offset: int) -> int:
     """Read into a writable buffer at ``offset``; returns the number of bytes read.
 
     The buffer stays exported (a bytearray cannot be resized) until the kernel is done with
@@ -61,7 +61,7 @@ async def _preadinto(fd: int, buffer: Any, offset: int) -> int:
                                      # the caller's again)
 
 
-async def _pwrite(fd: int, data: Any, offset: int) -> int:
+async def pwrite_python(fd: int, data: Any, offset: int) -> int:
     """Write all of ``data`` at ``offset``; short writes continue until everything is written.
 
     On an error after part was written, the ``OSError`` carries ``characters_written``.
@@ -77,7 +77,7 @@ async def _pwrite(fd: int, data: Any, offset: int) -> int:
     return await await_op(eng, res)
 
 
-async def _write_refused(eng: Any, fd: int, data: Any, offset: int) -> int:
+async def write_refused(eng: Any, fd: int, data: Any, offset: int) -> int:
     """``pwrite``'s write refused again after its turn (``_core.Call``): the queue of refused
     calls (``_kernelops.refused_queue``), else the kernel queue."""
     res = await _k.refused_queue(eng, "write", fd, data, offset)
@@ -89,7 +89,7 @@ async def _write_refused(eng: Any, fd: int, data: Any, offset: int) -> int:
     return await await_op(eng, res)
 
 
-async def _read_refused(fd: Any, arg: Any, offset: Any, into: bool) -> Any:
+async def read_refused(fd: Any, arg: Any, offset: Any, into: bool) -> Any:
     """A ``pread`` or ``preadinto`` that Linux AIO refused with EINVAL: io_submit refuses a
     file whose driver has no ``read_iter`` (procfs's seq files: ``/proc/self/maps``,
     ``/proc/kallsyms``), which pread(2) reads. ``os.pread``'s answer (``os.preadv``'s, into
@@ -117,8 +117,7 @@ def set_turn_min(size: int) -> None:
     every read the spent budget refused round a turn)."""
     _threads.TURN_MIN = size
     if _core is not None:
-        _core.call_setup(_pread, _preadinto, _pwrite, _write_refused, size,
-                         asyncio.CancelledError, _read_refused)
+        _core.configure(turn_min=size)
 
 
 pread: Callable[[int, int, int], Coroutine[Any, Any, bytes]]
@@ -142,11 +141,10 @@ if _core is not None:
     # The same calls without a coroutine (csrc/call.c): their first step finds the engine and
     # does the call in C, and a call done inline returns at once; the functions above remain
     # the threads engine's path.
-    set_turn_min(_threads.TURN_MIN)
     Coroutine.register(_core.Call)
     pread, preadinto, pwrite = _core.pread, _core.preadinto, _core.pwrite
 else:
-    pread, preadinto, pwrite = _pread, _preadinto, _pwrite
+    pread, preadinto, pwrite = pread_python, preadinto_python, pwrite_python
 
 
 def _fildes(fd: Any) -> int:

@@ -214,7 +214,7 @@ async def open_file(file: FileArg, mode: str = "r", buffering: int = -1,
                        nonblocking_open and flags & os.O_ACCMODE == os.O_RDONLY)
 
 
-async def _open_rb_rest(cm: Any, got: tuple[int, str] | None,
+async def open_rb_rest(cm: Any, got: tuple[int, str] | None,
                         file: str | os.PathLike[str] | os.PathLike[bytes],
                         loop: asyncio.AbstractEventLoop | None,
                         executor: Executor | None) -> AsyncBase[Any]:
@@ -233,7 +233,6 @@ async def _open_rb_rest(cm: Any, got: tuple[int, str] | None,
 
 
 if _core is not None:
-    _core.rb_setup(AsyncBufferedReader, _open_rb_rest)
     AiofilesContextManager.register(_core.RbOpen)
 
 

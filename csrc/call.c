@@ -20,7 +20,7 @@
  * - a pread or preadinto that Linux AIO refused with EINVAL (a file whose driver has no
  *   read_iter, such as procfs's /proc/self/maps or /proc/kallsyms, which pread(2) reads)
  *   delegates to the Python coroutine read_refused, which asks os.pread in a worker thread;
- * - the threads engine delegates to the Python coroutines call_setup() named.
+ * - the threads engine delegates to the Python coroutines configure() named.
  */
 #include "engine.h"  /* Python.h first */
 #include "call.h"
@@ -33,7 +33,6 @@
 
 #include <stddef.h>
 
-enum { CALL_PREAD, CALL_PREADINTO, CALL_PWRITE, CALL_KINDS };
 enum {
     ST_NEW,   /* not started: args held */
     ST_TURN,  /* a large read or a pwrite yielded a turn: eng and args held */
@@ -61,7 +60,7 @@ typedef struct {
 
 static PyTypeObject Call_Type;
 
-/* Set by call_setup(): the Python coroutine functions of the slow paths, and turn_min. */
+/* Set by configure(): the Python coroutine functions of the slow paths, and turn_min. */
 static PyObject *slow_fn[CALL_KINDS];  /* async def (fd, arg, offset): the whole call */
 static PyObject *write_refused_fn;     /* async def (eng, fd, data, offset) */
 static PyObject *read_refused_fn;      /* async def (fd, size or buffer, offset, into) */
@@ -769,7 +768,7 @@ static PyObject *call_new(int kind, PyObject *const *args, Py_ssize_t n, PyObjec
         return NULL;
     }
     if (!slow_fn[kind]) {
-        PyErr_SetString(PyExc_RuntimeError, "aionative._core.call_setup() was not called");
+        PyErr_SetString(PyExc_RuntimeError, "aionative._core.configure() was not called");
         return NULL;
     }
     call_t *c;
@@ -804,24 +803,22 @@ static PyObject *call_pwrite(PyObject *m, PyObject *const *args, Py_ssize_t n, P
     return call_new(CALL_PWRITE, args, n, kw);
 }
 
-/* call_setup(pread, preadinto, pwrite, write_refused, turn_min, CancelledError,
- *            read_refused) */
-static PyObject *call_setup(PyObject *m, PyObject *const *args, Py_ssize_t n)
+/* configure()'s part: the Python paths of the calls (each NULL: unchanged), and turn_min
+ * (negative: unchanged). */
+void call_configure(PyObject *const paths[CALL_KINDS], PyObject *write_refused,
+                    PyObject *read_refused, PyObject *cancelled, Py_ssize_t tm)
 {
-    if (n != 7) {
-        PyErr_SetString(PyExc_TypeError, "call_setup() takes exactly 7 arguments");
-        return NULL;
-    }
-    Py_ssize_t tm = PyLong_AsSsize_t(args[4]);
-    if (tm == -1 && PyErr_Occurred())
-        return NULL;
     for (int i = 0; i < CALL_KINDS; i++)
-        Py_XSETREF(slow_fn[i], Py_NewRef(args[i]));
-    Py_XSETREF(write_refused_fn, Py_NewRef(args[3]));
-    Py_XSETREF(cancelled_error, Py_NewRef(args[5]));
-    Py_XSETREF(read_refused_fn, Py_NewRef(args[6]));
-    turn_min = tm;
-    Py_RETURN_NONE;
+        if (paths[i])
+            Py_XSETREF(slow_fn[i], Py_NewRef(paths[i]));
+    if (write_refused)
+        Py_XSETREF(write_refused_fn, Py_NewRef(write_refused));
+    if (read_refused)
+        Py_XSETREF(read_refused_fn, Py_NewRef(read_refused));
+    if (cancelled)
+        Py_XSETREF(cancelled_error, Py_NewRef(cancelled));
+    if (tm >= 0)
+        turn_min = tm;
 }
 
 /* The docstrings of aionative.pread, preadinto and pwrite (with their signatures). */
@@ -847,11 +844,6 @@ static PyMethodDef call_functions[] = {
      "``characters_written``. A write to a local regular file is copied into the page cache "
      "inline, within the loop's cooperative budget; one that finds the budget spent waits a "
      "turn of the loop." AWAITED},
-    {"call_setup", (PyCFunction)(void (*)(void))call_setup, METH_FASTCALL,
-     "call_setup(pread, preadinto, pwrite, write_refused, turn_min, CancelledError, "
-     "read_refused): the Python paths of the calls (the threads engine's; a pwrite refused "
-     "after its turn; a read Linux AIO refused with EINVAL), and the size from which a "
-     "refused pread waits a turn"},
     {NULL},
 };
 

@@ -254,7 +254,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     e->memo_gen = 1;  /* fd_memo's zeroed entries are of generation 0: stale */
     e->owner_thread = PyThread_get_thread_ident();
     e->loop_ref = PyWeakref_NewRef(loop, NULL);
-    if (!e->loop_ref)
+    if (!e->loop_ref || loop_probe_internals(loop) < 0)
         goto fail;
     e->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (e->efd < 0) {

@@ -13,6 +13,7 @@
  */
 #include "engine.h"  /* Python.h first: it defines _GNU_SOURCE */
 #include "inline.h"
+#include "compat.h"
 #include "lazy.h"
 #include "module.h"
 #include "submit.h"
@@ -62,13 +63,8 @@ PyObject *running_engine(void)
         Py_XDECREF(obj);
     }
     if (!get_engine_fn) {
-        PyObject *mod = PyImport_ImportModule("aionative._engine");
-        if (!mod)
-            return NULL;
-        get_engine_fn = PyObject_GetAttrString(mod, "get_engine");
-        Py_DECREF(mod);
-        if (!get_engine_fn)
-            return NULL;
+        PyErr_SetString(PyExc_RuntimeError, "aionative._core.configure() was not called");
+        return NULL;
     }
     PyObject *eng = PyObject_CallNoArgs(get_engine_fn);
     if (eng && Py_TYPE(eng) == &Engine_Type) {
@@ -425,7 +421,7 @@ static PyTypeObject Ready_Type = {
 /* What open(path, "rb") returns with every other argument at its default: aiofiles'
  * AiofilesContextManager for that case (registered as one). `await` / `async with` open the
  * file once (again: the same file): a regular file the dentry cache holds opens lazily inline
- * (lazy_open); anything else goes to the Python coroutine rb_setup() named, which builds the
+ * (lazy_open); anything else goes to the Python coroutine configure() named, which builds the
  * file object and stores it in _obj. The exit closes a lazy file inline (close_now), else
  * awaits its close(). */
 typedef struct {
@@ -437,7 +433,7 @@ typedef struct {
 } rbopen_t;
 
 static PyTypeObject RbOpen_Type;
-static PyObject *rb_cls, *rb_rest;  /* set by rb_setup(): AsyncBufferedReader, its way */
+static PyObject *rb_cls, *rb_rest;  /* set by configure(): AsyncBufferedReader, its way */
 
 /* rb_open(file, loop, executor) -> RbOpen */
 static PyObject *rb_open(PyObject *mod, PyObject *const *args, Py_ssize_t n)
@@ -447,7 +443,7 @@ static PyObject *rb_open(PyObject *mod, PyObject *const *args, Py_ssize_t n)
         return NULL;
     }
     if (!rb_cls) {
-        PyErr_SetString(PyExc_RuntimeError, "rb_open() before rb_setup()");
+        PyErr_SetString(PyExc_RuntimeError, "aionative._core.configure() was not called");
         return NULL;
     }
     rbopen_t *cm = PyObject_GC_New(rbopen_t, &RbOpen_Type);
@@ -461,18 +457,18 @@ static PyObject *rb_open(PyObject *mod, PyObject *const *args, Py_ssize_t n)
     return (PyObject *)cm;
 }
 
-/* rb_setup(cls, rest): the file class a lazy open makes, and the coroutine function
- * rest(cm, got, file, loop, executor) for every other outcome (`got`: lazy_open's (fd, path)
- * or None), which sets cm._obj to the file it returns. */
-static PyObject *rb_setup(PyObject *mod, PyObject *const *args, Py_ssize_t n)
+/* configure()'s part (module.c): get_engine (aionative._engine.get_engine), the file class a
+ * lazy open makes, and the coroutine function rest(cm, got, file, loop, executor) for every
+ * other outcome (`got`: lazy_open's (fd, path) or None), which sets cm._obj to the file it
+ * returns. Each NULL: unchanged. */
+void lazy_configure(PyObject *get_engine, PyObject *cls, PyObject *rest)
 {
-    if (n != 2 || !PyType_Check(args[0]) || !PyCallable_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "rb_setup(cls: type, rest: callable)");
-        return NULL;
-    }
-    Py_XSETREF(rb_cls, Py_NewRef(args[0]));
-    Py_XSETREF(rb_rest, Py_NewRef(args[1]));
-    Py_RETURN_NONE;
+    if (get_engine)
+        Py_XSETREF(get_engine_fn, Py_NewRef(get_engine));
+    if (cls)
+        Py_XSETREF(rb_cls, Py_NewRef(cls));
+    if (rest)
+        Py_XSETREF(rb_rest, Py_NewRef(rest));
 }
 
 /* The open, for __aenter__ (an awaitable) and __await__ (its iterator). */
@@ -644,9 +640,6 @@ static PyTypeObject RbOpen_Type = {
 static PyMethodDef lazy_functions[] = {
     {"rb_open", (PyCFunction)(void (*)(void))rb_open, METH_FASTCALL,
      "rb_open(file, loop, executor) -> RbOpen: what open(file, \"rb\") returns"},
-    {"rb_setup", (PyCFunction)(void (*)(void))rb_setup, METH_FASTCALL,
-     "rb_setup(cls, rest): the file class of a lazy open and the coroutine function "
-     "rest(cm, got, file, loop, executor) for the other outcomes"},
     {NULL},
 };
 

@@ -6,6 +6,7 @@
  * held.
  */
 #include "engine.h"
+#include "compat.h"
 #include "complete.h"
 #include "inline.h"
 #include "loop.h"
@@ -66,6 +67,11 @@ int engine_schedule_flush(engine_t *e)
     e->flush_scheduled = 1;
     e->st.flushes++;
     return 0;
+}
+
+int loop_probe_internals(PyObject *loop)
+{
+    return compat_probe_callbacks(g_future_type, loop);
 }
 
 PyObject *engine_new_future(engine_t *e)
@@ -369,6 +375,8 @@ static int engine_run_wakeups(engine_t *e, PyObject *wake)
  * inside another: the outer one runs what both collect). */
 static int engine_collect(engine_t *e)
 {
+    if (!compat.take_callbacks)
+        return 0;  /* the futures schedule their callbacks themselves (compat.h) */
     int collect = !e->collecting;
     e->collecting = 1;
     return collect;

@@ -29,4 +29,7 @@ PyObject *Engine_on_ready(engine_t *e, PyObject *unused);
 PyObject *Engine_flush(engine_t *e, PyObject *unused);
 PyObject *Engine_send_now(engine_t *e, PyObject *unused);
 
+/* Once a process, at the first engine: compat_probe_callbacks with asyncio's Future. */
+int loop_probe_internals(PyObject *loop);
+
 #endif

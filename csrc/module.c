@@ -5,6 +5,7 @@
  * from its window in window.c. */
 #include "engine.h"
 #include "call.h"
+#include "compat.h"
 #include "inline.h"
 #include "kaio.h"
 #include "lazy.h"
@@ -222,92 +223,6 @@ void fastpath_dealloc(fastpath_t *f)
     Py_TYPE(f)->tp_free(f);
 }
 
-#if PY_VERSION_HEX < 0x030C0000
-/* CPython 3.11's asyncio keeps the running loop in the thread state's dict, in a holder that
- * also records the pid that set it, and asyncio.get_running_loop() compares that pid with
- * getpid(2) on every call: a system call, a quarter of a microsecond here, paid by every
- * operation (3.12 dropped the check). running_loop() gives the same answer with the pid read
- * once per process (again in a forked child), or None whenever it cannot tell, and the
- * caller then asks asyncio. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *rl_loop;
-    pid_t rl_pid;
-} loop_holder_t;
-
-static PyObject *holder_key;
-static PyTypeObject *holder_type;
-static pid_t self_pid;
-
-/* The last answer, and the thread-state dict it was found in at which version: 3.11's dicts
- * take a new version, unique in the process, on every change, and asyncio sets a running
- * loop by storing a new holder. An unchanged dict holds the same holder, which holds the loop
- * (borrowed here). The lookup it saves was a twentieth of a hot read's instructions. */
-static PyObject *memo_dict, *memo_loop;
-static uint64_t memo_version;
-
-static void refresh_pid(void)
-{
-    self_pid = getpid();
-    memo_dict = NULL;  /* a forked child: the holder's pid is no longer ours */
-}
-
-PyObject *running_loop_borrowed(void)
-{
-    PyObject *d = PyThreadState_GetDict();
-    if (d && d == memo_dict && ((PyDictObject *)d)->ma_version_tag == memo_version)
-        return memo_loop;
-    memo_dict = NULL;
-    PyObject *h = d ? PyDict_GetItemWithError(d, holder_key) : NULL;
-    if (!h) {
-        PyErr_Clear();  /* (a str key: never) */
-        return NULL;
-    }
-    if (Py_TYPE(h) != holder_type) {
-        if (holder_type || strcmp(Py_TYPE(h)->tp_name, "_RunningLoopHolder") != 0)
-            return NULL;
-        holder_type = Py_TYPE(h);
-    }
-    loop_holder_t *rl = (loop_holder_t *)h;
-    if (rl->rl_pid != self_pid || !rl->rl_loop || rl->rl_loop == Py_None)
-        return NULL;
-    memo_dict = d;
-    memo_version = ((PyDictObject *)d)->ma_version_tag;
-    memo_loop = rl->rl_loop;
-    return rl->rl_loop;
-}
-
-static PyObject *running_loop(PyObject *m, PyObject *unused)
-{
-    PyObject *loop = running_loop_borrowed();
-    return Py_NewRef(loop ? loop : Py_None);  /* None: no loop runs, or ask asyncio */
-}
-
-static int running_loop_init(void)
-{
-    refresh_pid();
-    if (pthread_atfork(NULL, NULL, refresh_pid) != 0)
-        return -1;
-    holder_key = PyUnicode_InternFromString("__asyncio_running_event_loop__");
-    return holder_key ? 0 : -1;
-}
-#else
-PyObject *running_loop_borrowed(void)
-{
-    return NULL;  /* asyncio.get_running_loop() makes no system call here: use it */
-}
-
-static PyObject *running_loop(PyObject *m, PyObject *unused)
-{
-    Py_RETURN_NONE;
-}
-
-static int running_loop_init(void)
-{
-    return 0;
-}
-#endif
-
 /* turn_spent() -> bool: the running loop's engine's turn_spent(), its lookup in C (the file
  * layer asks it after every run of lines or bytes served from a window). */
 static PyObject *turn_spent(PyObject *m, PyObject *unused)
@@ -327,11 +242,48 @@ static PyObject *turn_spent(PyObject *m, PyObject *unused)
     return r;
 }
 
+/* configure(*, get_engine, pread, preadinto, pwrite, write_refused, read_refused,
+ *           cancelled_error, turn_min, rb_class, rb_rest, internals): the one call by which
+ * the Python side tells the extension what it needs of it (aionative._configure makes it when
+ * aionative is imported; set_turn_min again with turn_min alone). Each keyword left out
+ * keeps what it was. */
+static PyObject *configure(PyObject *m, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"get_engine", "pread", "preadinto", "pwrite", "write_refused",
+                             "read_refused", "cancelled_error", "turn_min", "rb_class",
+                             "rb_rest", "internals", NULL};
+    PyObject *get_engine = NULL, *paths[CALL_KINDS] = {NULL}, *write_refused = NULL;
+    PyObject *read_refused = NULL, *cancelled = NULL, *rb_class = NULL, *rb_rest = NULL;
+    Py_ssize_t tm = -1;
+    int internals = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOOOOOnOOp:configure", kwlist, &get_engine,
+                                     &paths[CALL_PREAD], &paths[CALL_PREADINTO],
+                                     &paths[CALL_PWRITE], &write_refused, &read_refused,
+                                     &cancelled, &tm, &rb_class, &rb_rest, &internals))
+        return NULL;
+    if (rb_class && !PyType_Check(rb_class)) {
+        PyErr_SetString(PyExc_TypeError, "configure(): rb_class must be a type");
+        return NULL;
+    }
+    call_configure(paths, write_refused, read_refused, cancelled, tm);
+    lazy_configure(get_engine, rb_class, rb_rest);
+    if (internals >= 0)
+        compat_allow(internals);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
+     "configure(*, get_engine, pread, preadinto, pwrite, write_refused, read_refused, "
+     "cancelled_error, turn_min, rb_class, rb_rest, internals): what the extension needs of "
+     "the Python side, and whether it may use CPython's and asyncio's internals"},
+    {"internals", compat_internals, METH_NOARGS,
+     "internals() -> dict: which CPython/asyncio internals the engine uses, and what each "
+     "probe found"},
     {"turn_spent", turn_spent, METH_NOARGS,
      "turn_spent() -> bool: whether the running loop's engine has spent this iteration's "
      "budget"},
-    {"running_loop", running_loop, METH_NOARGS,
+    {"running_loop", compat_running_loop, METH_NOARGS,
      "running_loop() -> loop | None: asyncio.get_running_loop() without its getpid(2) on "
      "Python 3.11; None: ask asyncio"},
     {"count_byte", (PyCFunction)(void (*)(void))count_byte, METH_FASTCALL,
@@ -362,7 +314,7 @@ PyMODINIT_FUNC PyInit__core(void)
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
-    if (running_loop_init() < 0 || engine_module_init(m) < 0 || lines_module_init(m) < 0 ||
+    if (compat_init() < 0 || engine_module_init(m) < 0 || lines_module_init(m) < 0 ||
         call_module_init(m) < 0 || window_module_init(m) < 0 ||
         PyModule_AddIntConstant(m, "KERNEL_RW_MAX", KERNEL_RW_MAX) < 0 ||
         PyModule_AddIntConstant(m, "DETOUR_MAX", DETOUR_MAX) < 0 ||

@@ -1,5 +1,5 @@
-/* module.c: the module's helpers the other units share: done awaitables, the running loop,
- * and the fast-path method descriptor (FASTPATH_TYPE). */
+/* module.c: the module's helpers the other units share: done awaitables and the fast-path
+ * method descriptor (FASTPATH_TYPE). */
 #ifndef AIONATIVE_MODULE_H
 #define AIONATIVE_MODULE_H
 
@@ -13,8 +13,6 @@
  * empty): am_send's form, and tp_iternext's (StopIteration carries the value). */
 PySendResult done_send(PyObject **slot, PyObject **result);
 PyObject *done_next(PyObject **slot);
-/* The running loop (borrowed), or NULL when it cannot tell (ask asyncio). */
-PyObject *running_loop_borrowed(void);
 
 /* A method descriptor with a C fast path that falls back on a Python function
  * (lines.c's LineStep, window.c's WindowReadinto). An instance holds `slow`; its type, made
