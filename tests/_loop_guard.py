@@ -388,7 +388,21 @@ def _detector() -> BlockBuster:
     # then, as the builtin's file is (after the ResourceWarning that names the bug).
     for function in bb.functions.values():
         function.can_block_in("aionative/_files/base.py", "__del__")
+    # The detector's own check of a file (isatty(), fileno()) raises on a closed file before
+    # the wrapped call could raise its own error ("write to closed file" becomes "I/O
+    # operation on closed file"): a check that raises lets the call run and raise its own.
+    for function in bb.functions.values():
+        function.can_block_predicate = _tolerant(function.can_block_predicate)
     return bb
+
+
+def _tolerant(predicate: Callable[..., bool]) -> Callable[..., bool]:
+    def check(*args: Any, **kwargs: Any) -> bool:
+        try:
+            return predicate(*args, **kwargs)
+        except (ValueError, OSError):
+            return True
+    return check
 
 
 @pytest.fixture(autouse=True)

@@ -100,6 +100,15 @@ if uvloop is not None:
 LOOP_FACTORIES = {name: _LOOPS[name] for name in _chosen(tuple(_LOOPS), "AIONATIVE_TEST_LOOPS")}
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``@pytest.mark.uses_internals(what)``: a test of a mechanism that exists only while the
+    engine may use CPython's and asyncio's internals (csrc/compat.h) is skipped when
+    ``AIONATIVE_INTERNALS=0`` keeps it to public APIs (``make test-portable``)."""
+    mark = item.get_closest_marker("uses_internals")
+    if mark is not None and os.environ.get("AIONATIVE_INTERNALS", "1") == "0":
+        pytest.skip(f"tests {mark.args[0]}, which AIONATIVE_INTERNALS=0 turns off")
+
+
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item
                                   ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
     return LOOP_FACTORIES

@@ -1285,6 +1285,7 @@ async def test_a_parked_caller_gets_its_read_after_one_turn(
 
 
 @pytest.mark.asyncio
+@pytest.mark.uses_internals("the engine calling its tasks' wake-ups itself")
 async def test_the_flush_that_releases_a_parked_caller_runs_its_task(
         native_backend: str, parking: tuple[int, bytes]) -> None:
     """The flush hands a parked caller its read and calls its task's wake-up itself (as it
@@ -1322,6 +1323,7 @@ def _refusing_next_flush(loop: asyncio.AbstractEventLoop) -> Iterator[list[Any]]
 
 
 @pytest.mark.asyncio
+@pytest.mark.uses_internals("the engine calling its tasks' wake-ups itself")
 async def test_parked_callers_left_without_a_flush_get_their_reads_at_once(
         native_backend: str, parking: tuple[int, bytes]) -> None:
     """A flush releases some parked callers and schedules the next for the rest; if that
@@ -1373,6 +1375,7 @@ async def test_a_flush_that_cannot_schedule_the_next_still_sends_what_waits(
         os.close(dfd)
 
 
+@pytest.mark.uses_internals("the engine calling its tasks' wake-ups itself")
 def test_system_exit_from_a_task_woken_by_a_failing_flush_stops_the_loop(
         native_backend: str, parking: tuple[int, bytes], loop: asyncio.AbstractEventLoop) -> None:
     """SystemExit raised by a parked task that a failing flush wakes (its call_soon for the

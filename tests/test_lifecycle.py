@@ -182,6 +182,7 @@ def test_loop_closed_with_operations_in_flight_drains_them(
     os.close(fd)
 
 
+@pytest.mark.uses_internals("3.11's running-loop holder")
 def test_running_loop_answers_as_asyncio_does(loop_factory: LoopFactory) -> None:
     """``_core.running_loop()`` (get_engine's way to find the loop without asyncio's getpid
     on 3.11): the running loop, in the loop and in its threads' own loops; None outside a

@@ -25,6 +25,8 @@ import aionative
 
 from .conftest import close_running_engine
 
+pytestmark = pytest.mark.uses_internals("the engine calling its tasks' wake-ups itself")
+
 SIZE = 8 << 20
 CHUNK = 1 << 20  # an O_DIRECT read of this much keeps the device far longer than a call or a
 # flush takes (a 4 KiB one is answered inside its call now and then)
