@@ -43,8 +43,7 @@ import aionative.tempfile
 import aionative.threadpool
 import aionative.threadpool.binary
 import aionative.threadpool.text
-
-from .conftest import child_env
+from tests.support import child_env
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BACKENDS, LOOP_FACTORIES, unpacked_sdist
+from tests.support import BACKENDS, LOOP_FACTORIES, unpacked_sdist
 
 AIOFILES = "aiofiles==25.1.0"
 

@@ -21,8 +21,7 @@ import pytest
 
 import aionative
 from aionative import _backend
-
-from .conftest import held_in_the_ring
+from tests.support import held_in_the_ring
 
 pytestmark = [
     pytest.mark.asyncio,

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 import aionative
-
-from .conftest import cold_file, evict, held_in_the_ring
+from tests.support import cold_file, evict, held_in_the_ring
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
 

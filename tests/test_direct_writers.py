@@ -26,8 +26,7 @@ import pytest
 
 import aionative
 from aionative import _direct
-
-from .conftest import child_env
+from tests.support import child_env
 
 pytestmark = pytest.mark.asyncio
 

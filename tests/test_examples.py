@@ -24,8 +24,7 @@ import httpx
 import pytest
 
 import aionative
-
-from .conftest import child_env
+from tests.support import child_env
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -33,8 +33,8 @@ from aionative.fastapi import (
     save_upload,
     stream_file,
 )
+from tests.support import open_fds_to
 
-from .conftest import open_fds_to
 from .test_starlette import blocking_calls  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.usefixtures("backend")

@@ -33,8 +33,7 @@ from aionative import _backend
 from aionative import _kernelops as _k
 from aionative._kernelops import AT_FDCWD
 from aionative._threads import TURN_MIN, ThreadsEngine
-
-from .conftest import close_running_engine, cold_file
+from tests.support import close_running_engine, cold_file
 
 HOT = 1 << 20
 

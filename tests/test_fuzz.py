@@ -1578,8 +1578,8 @@ async def test_fixed_threads_pread_converts_the_size_before_the_offset(
         os.close(fd)
 
 def _use_threads() -> Iterator[str]:
-    from .conftest import _use_backend
-    return _use_backend("threads")
+    from tests.support import use_backend
+    return use_backend("threads")
 
 
 @pytest.mark.asyncio

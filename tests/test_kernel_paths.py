@@ -23,8 +23,7 @@ import pytest
 import aionative
 from aionative import _core
 from bench.meter import reset_rss_peak, rss_peak_mib
-
-from .conftest import cold_file, open_fds_to
+from tests.support import cold_file, open_fds_to
 
 pytestmark = pytest.mark.asyncio
 

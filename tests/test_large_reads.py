@@ -17,8 +17,7 @@ import pytest
 
 import aionative
 from aionative import _files
-
-from .conftest import cancel_after_a_turn, evict
+from tests.support import cancel_after_a_turn, evict
 
 pytestmark = pytest.mark.asyncio
 

@@ -17,8 +17,7 @@ import pytest
 
 import aionative
 from aionative import _core
-
-from .conftest import LOOP_FACTORIES, child_env, cold_file
+from tests.support import LOOP_FACTORIES, child_env, cold_file
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 

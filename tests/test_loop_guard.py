@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .conftest import child_env
+from tests.support import child_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,7 +65,7 @@ async def test_aionative_blocks(monkeypatch, tmp_path):
 def _run_probe(tmp_path: Path, **env: str) -> str:
     """The probe tests, run by pytest under this suite's conftest (copied beside them)."""
     (tmp_path / "tests").mkdir()
-    for name in ("__init__.py", "conftest.py", "_loop_guard.py", "_seccomp.py",
+    for name in ("__init__.py", "conftest.py", "support.py", "_loop_guard.py", "_seccomp.py",
                  "_fuzz_values.py"):
         if (HERE / name).exists():
             (tmp_path / "tests" / name).write_bytes((HERE / name).read_bytes())

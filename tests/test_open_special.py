@@ -16,8 +16,7 @@ import pytest
 
 import aionative
 import aionative.os
-
-from .conftest import cancel_after_a_turn, evict
+from tests.support import cancel_after_a_turn, evict
 
 pytestmark = pytest.mark.asyncio
 

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import aionative
-
-from .conftest import LOOP_FACTORIES
+from tests.support import LOOP_FACTORIES
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 

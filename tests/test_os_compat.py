@@ -11,8 +11,7 @@ import pytest
 
 import aionative.os as aos
 import aionative.ospath as aospath
-
-from .conftest import unwrapped
+from tests.support import unwrapped
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
 

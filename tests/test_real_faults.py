@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import aionative
-from tests.conftest import cold_file
+from tests.support import cold_file
 
 pytestmark = pytest.mark.asyncio
 

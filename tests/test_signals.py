@@ -35,8 +35,7 @@ from types import FrameType
 import pytest
 
 import aionative
-
-from .conftest import cold_file
+from tests.support import cold_file
 
 SECONDS = float(os.environ.get("AIONATIVE_SIGNAL_SECONDS", "0.6"))
 INTERVAL = 0.0002

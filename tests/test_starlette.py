@@ -39,8 +39,7 @@ import aionative.starlette
 from aionative import _kernelops, _static_lookup
 from aionative._http_ranges import MalformedRange, UnsatisfiableRange, parse_range
 from aionative.starlette import FileResponse, StaticFiles
-
-from .conftest import child_env, open_fds_to
+from tests.support import child_env, open_fds_to
 
 pytestmark = pytest.mark.usefixtures("backend")
 

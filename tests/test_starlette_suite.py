@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import BACKENDS, LOOP_FACTORIES, child_env, unpacked_sdist
+from tests.support import BACKENDS, LOOP_FACTORIES, child_env, unpacked_sdist
 
 pytest.importorskip("starlette")
 

@@ -27,6 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 import aionative
 from aionative.starlette import FileResponse, StaticFiles
+from tests.support import open_fds_to
 from tests.test_starlette import (  # noqa: F401 - tree is a fixture
     TRAVERSALS,
     append,
@@ -34,8 +35,6 @@ from tests.test_starlette import (  # noqa: F401 - tree is a fixture
     range_cases,
     tree,
 )
-
-from .conftest import open_fds_to
 
 pytestmark = pytest.mark.usefixtures("backend")
 

@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 
 import aionative
-
-from .conftest import close_running_engine
+from tests.support import close_running_engine
 
 SIZE = 8 << 20
 CHUNK = 1 << 20  # an O_DIRECT read of this much keeps the device far longer than a call or a

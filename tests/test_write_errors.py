@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import child_env
+from tests.support import child_env
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
 
