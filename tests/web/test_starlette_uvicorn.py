@@ -28,7 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 import aionative
 from aionative.starlette import FileResponse, StaticFiles
 from tests.support import open_fds_to
-from tests.test_starlette import (  # noqa: F401 - tree is a fixture
+from tests.web.test_starlette import (  # noqa: F401 - tree is a fixture
     TRAVERSALS,
     append,
     normalised,

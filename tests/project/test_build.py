@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
+CSRC = Path(__file__).resolve().parents[2] / "csrc"
 CC = shutil.which("cc") or shutil.which("gcc")
 SYSTEM_HEADER = Path("/usr/include/linux/io_uring.h")
 

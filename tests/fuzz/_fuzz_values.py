@@ -1,4 +1,4 @@
-"""Hostile argument values for the fuzz targets (tests/test_fuzz.py).
+"""Hostile argument values for the fuzz targets (tests/fuzz/test_fuzz.py).
 
 A strategy draws a *recipe* (`V`), not the value itself: each side of a differential call
 builds its own fresh object from it (buffers are mutated by reads), and a failing example

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from aionative import _backend
-
-from . import _seccomp
+from tests import _seccomp
 
 # Child code: read a file through aionative inside asyncio.run and report what happened.
 IO_CHECK = """

@@ -1,10 +1,10 @@
 """Conformance with aiofiles 25.1: the drop-in contract (docs: /work/shared/notes/aiofiles-api.md)
-that the differential test (tests/test_open_differential.py: results of every file method against
-the builtin ``open()``) and tests/test_os_compat.py (``aionative.os``/``ospath``) do not cover:
-the shape of ``open()`` and what it returns, classes by mode, which members are async, properties,
-iteration, when writes reach the disk, ``detach()``, errors, ``threadpool.wrap``, the standard
-streams, ``tempfile``, module layout, and the members aionative adds (pread, pwrite, fsync,
-fdatasync, read_bytes, read_text, write_bytes, write_text).
+that the differential test (tests/files/test_open_differential.py: results of every file method
+against the builtin ``open()``) and tests/dropin/test_os_compat.py (``aionative.os``/``ospath``) do
+not cover: the shape of ``open()`` and what it returns, classes by mode, which members are async,
+properties, iteration, when writes reach the disk, ``detach()``, errors, ``threadpool.wrap``, the
+standard streams, ``tempfile``, module layout, and the members aionative adds (pread, pwrite,
+fsync, fdatasync, read_bytes, read_text, write_bytes, write_text).
 
 Every test that does I/O runs on each backend (io_uring, linux_aio, threads) and each loop
 (asyncio, uvloop). Tests marked ``xfail(strict=True)`` show a known incompatibility with aiofiles;

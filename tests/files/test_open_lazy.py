@@ -30,9 +30,8 @@ from hypothesis import strategies as st
 
 import aionative
 from aionative import _backend
+from tests.files.test_open_differential import EXAMPLES, binary_ops, contents, run_scenario
 from tests.support import LOOP_FACTORIES, open_fds_to
-
-from .test_open_differential import EXAMPLES, binary_ops, contents, run_scenario
 
 
 def lazy(f: Any) -> bool:

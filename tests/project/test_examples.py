@@ -1,7 +1,7 @@
 """The scripts in examples/ do what their docstrings say: the command-line ones run as
 ``python examples/<name>.py ...`` in a child process, the web apps are driven in process through
 httpx's ASGI transport (with their lifespan, so the engine is created and closed as under
-uvicorn). examples/fastapi_app.py is exercised in test_fastapi.py."""
+uvicorn). examples/fastapi_app.py is exercised in tests/web/test_fastapi.py."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import pytest
 import aionative
 from tests.support import child_env
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _run(script: str, *args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:

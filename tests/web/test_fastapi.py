@@ -34,11 +34,10 @@ from aionative.fastapi import (
     stream_file,
 )
 from tests.support import open_fds_to
-
-from .test_starlette import blocking_calls  # noqa: F401 - a fixture
+from tests.web.test_starlette import blocking_calls  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.usefixtures("backend")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def client(app: Any) -> httpx.AsyncClient:

@@ -17,7 +17,7 @@ import pytest
 import aionative
 from aionative import _backend
 
-SOURCE = Path(__file__).resolve().parent.parent
+SOURCE = Path(__file__).resolve().parents[2]
 INSTALLED = os.environ.get("AIONATIVE_TEST_INSTALLED") == "1"
 
 

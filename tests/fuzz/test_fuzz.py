@@ -69,8 +69,7 @@ from hypothesis.stateful import (
 
 import aionative
 from aionative._files import AsyncBase
-
-from ._fuzz_values import (
+from tests.fuzz._fuzz_values import (
     Idx,
     V,
     bin_data,
@@ -1098,7 +1097,7 @@ async def test_fixed_raw_layer_argument_types(backend: str, tmp_path: Path) -> N
                 lambda: f.readinto(bytes(4)), lambda: f.read(2**63 - 1)]
     outs = await _both(tmp_path / "a", tmp_path / "b", "wb+", steps, buffering=0)
     assert outs[0] == outs[1]
-    from ._fuzz_values import BadIdx
+    from tests.fuzz._fuzz_values import BadIdx
     outs = await _both(tmp_path / "c", tmp_path / "d", "w+",
                        lambda f: [lambda: f.seek(BadIdx()), f.tell], encoding="utf-8")
     assert outs[0] == outs[1]
@@ -1120,7 +1119,7 @@ async def test_fixed_file_pread_pwrite_offset_conversion(backend: str, tmp_path:
     """Found by the fuzzer (fixed): f.pwrite(b"x", Idx(3)) raised TypeError ('<' on the
     offset; os.pwrite takes __index__ objects); f.pwrite(b"x", -2**64) raised EINVAL
     (os.pwrite: OverflowError); with direct=True, f.pread(Idx(5), 0) raised TypeError too."""
-    from ._fuzz_values import Idx
+    from tests.fuzz._fuzz_values import Idx
     async with aionative.open(tmp_path / "f", "wb+") as f:
         assert await f.pwrite(b"x", Idx(3)) == 1
         with pytest.raises(OverflowError):
@@ -1174,7 +1173,7 @@ async def test_fixed_fsync_descriptor_conversion(backend: str, tmp_path: Path) -
     """Found by the fuzzer (fixed): os.fsync takes an int or an object with fileno() (not
     __index__) and says ValueError for a negative number; aionative.fsync/fdatasync took
     __index__ objects, refused fileno() objects (TypeError) and said EBADF for -1 (natively)."""
-    from ._fuzz_values import Idx
+    from tests.fuzz._fuzz_values import Idx
 
     class FileLike:
         def fileno(self) -> int:
@@ -1565,7 +1564,7 @@ async def test_fixed_threads_pread_converts_the_size_before_the_offset(
     (OverflowError), the threads engine index()ed all three before any range check
     (TypeError from the offset). The native engines convert in os.pread's order; so does the
     threads engine now (_threads._read_args_fast)."""
-    from ._fuzz_values import Idx
+    from tests.fuzz._fuzz_values import Idx
     p = tmp_path / "f"
     p.write_bytes(b"0123456789")
     fd = os.open(p, os.O_RDONLY)

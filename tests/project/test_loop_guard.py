@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.support import child_env
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/, where the conftest and its helpers are
 
 PROBE = '''
 import asyncio, time
@@ -65,12 +65,11 @@ async def test_aionative_blocks(monkeypatch, tmp_path):
 def _run_probe(tmp_path: Path, **env: str) -> str:
     """The probe tests, run by pytest under this suite's conftest (copied beside them)."""
     (tmp_path / "tests").mkdir()
-    for name in ("__init__.py", "conftest.py", "support.py", "_loop_guard.py", "_seccomp.py",
-                 "_fuzz_values.py"):
-        if (HERE / name).exists():
-            (tmp_path / "tests" / name).write_bytes((HERE / name).read_bytes())
+    for name in ("__init__.py", "conftest.py", "support.py", "_loop_guard.py", "_seccomp.py"):
+        if (TESTS / name).exists():
+            (tmp_path / "tests" / name).write_bytes((TESTS / name).read_bytes())
     (tmp_path / "tests" / "test_probe.py").write_text(textwrap.dedent(PROBE))
-    root = HERE.parent
+    root = TESTS.parent
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
          "-c", str(root / "pyproject.toml"), "--rootdir", str(tmp_path),

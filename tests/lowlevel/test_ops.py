@@ -199,7 +199,8 @@ async def test_error_message_is_the_os_one(fd_of: Callable[..., int]) -> None:
 
 async def test_pipe_positional_read(backend: str) -> None:
     """pread on a pipe: ESPIPE on every backend, as os.pread says (io_uring would read the
-    stream, ignoring the offset; tests/test_lowlevel_streams.py covers the other streams)."""
+    stream, ignoring the offset; tests/lowlevel/test_lowlevel_streams.py covers the other
+    streams)."""
     r, w = os.pipe()
     try:
         with pytest.raises(OSError) as info:
