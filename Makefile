@@ -42,12 +42,15 @@ asan: $(STAMP) ## run the test suite against an ASan+UBSan build, then restore t
 
 # The sanitizer pass CI runs (.ci/run): the tests that drive the C engine, on its two backends
 # (the threads backend runs no C code), with fewer differential sequences.
-ASAN_CI_TESTS := tests/test_ops.py tests/test_ops_hypothesis.py tests/test_kernelops.py \
-	tests/test_kernel_paths.py tests/test_fastpath.py tests/test_cancel.py tests/test_lifecycle.py \
-	tests/test_faults.py tests/test_real_faults.py tests/test_setup_faults.py tests/test_fallback.py \
-	tests/test_lines.py tests/test_signals.py tests/test_fuzz.py tests/test_soak.py \
-	tests/test_open_differential.py tests/test_open_lazy.py tests/test_calls.py \
-	tests/test_inline_writes.py tests/test_direct_files.py tests/test_wakeups.py
+ASAN_CI_TESTS := tests/lowlevel/test_ops.py tests/lowlevel/test_ops_hypothesis.py \
+	tests/lowlevel/test_kernelops.py tests/engine/test_kernel_backends.py \
+	tests/engine/test_inline_reads_and_budget.py tests/faults/test_cancel.py \
+	tests/engine/test_lifecycle.py tests/faults/test_faults.py tests/faults/test_real_faults.py \
+	tests/faults/test_setup_faults.py tests/engine/test_fallback.py tests/files/test_lines.py \
+	tests/engine/test_signals.py tests/fuzz/test_fuzz.py tests/faults/test_soak.py \
+	tests/files/test_open_differential.py tests/files/test_open_lazy.py \
+	tests/lowlevel/test_calls_as_coroutines.py tests/files/test_inline_writes.py \
+	tests/files/test_direct_files.py tests/engine/test_completion_wakeups.py
 asan-ci: $(STAMP) ## the sanitizer pass CI runs (~12 min): engine, fault, signal, fuzz, soak and differential tests, io_uring and linux_aio
 	AIONATIVE_DIFF_EXAMPLES=60 $(MAKE) --no-print-directory asan PYTEST_ARGS='-q -k "not threads" $(ASAN_CI_TESTS)'
 
@@ -60,12 +63,12 @@ test-portable: build ## the suite with CPython's and asyncio's internals turned 
 	if [ $$rc -eq 5 ]; then echo "make test-portable: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 soak: build ## the stress/soak test at full length: one million operations per backend and loop
-	AIONATIVE_SOAK_OPS=1000000 $(PY) -m pytest -q -s tests/test_soak.py --timeout 3600 $(PYTEST_ARGS)
+	AIONATIVE_SOAK_OPS=1000000 $(PY) -m pytest -q -s tests/faults/test_soak.py --timeout 3600 $(PYTEST_ARGS)
 
 FUZZ_EXAMPLES ?= 20000
 fuzz: build ## the fuzz targets at length: FUZZ_EXAMPLES (20000) sequences per machine, backend and loop
 	AIONATIVE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) AIONATIVE_FUZZ_RANDOM=1 AIONATIVE_SIGNAL_SECONDS=30 $(PY) -m pytest -q -s \
-	 tests/test_fuzz.py tests/test_signals.py --timeout 0 -p no:randomly $(PYTEST_ARGS)
+	 tests/fuzz/test_fuzz.py tests/engine/test_signals.py --timeout 0 -p no:randomly $(PYTEST_ARGS)
 
 bench: build ## the benchmark suite, quick profile (< 3 min): aionative vs peers, sync and fio (tables, JSON, docs/img PNGs)
 	$(PY) -m bench
@@ -90,7 +93,7 @@ clean: ## remove build products (keeps .venv)
 
 # The suite against the wheel users install: an sdist is built, a wheel built from it, and the
 # wheel installed with the test extras into a fresh venv ($(WHEEL_VENV)); AIONATIVE_TEST_INSTALLED=1
-# makes the tests import that installed package, never this tree (tests/test_installed.py).
+# makes the tests import that installed package, never this tree (tests/project/test_installed.py).
 WHEEL_VENV ?= .venv-wheel
 test-installed: ## the suite against a wheel built from the sdist and installed in a fresh venv (PYTHON=...)
 	rm -rf $(WHEEL_VENV) && $(PYTHON) -m venv $(WHEEL_VENV)

@@ -8,7 +8,7 @@
  * that has the feature; what the running kernel has is decided at run time (io_uring_setup's
  * EINVAL for setup flags, IORING_REGISTER_PROBE for opcodes, the features word).
  *
- * tests/test_build.py compares every size, offset and constant here with the build host's
+ * tests/project/test_build.py compares every size, offset and constant here with the build host's
  * <linux/io_uring.h>, and builds the extension with that header (and openat2.h) made
  * unavailable.
  */

@@ -58,7 +58,7 @@ T = TypeVar("T")
 # at each spent iteration budget, and the gaps it leaves are 1-3 ms, now and then 5-8 ms (a
 # window fetched and copied inline, the engine reaping a batch). 10 ms stays clear of those and
 # far under what a call that does not yield holds the loop for: 20 ms (async for over a 16 MiB
-# file) to over 100 ms (read(1)), tests/test_responsiveness.py. A collector pause is not
+# file) to over 100 ms (read(1)), tests/engine/test_responsiveness.py. A collector pause is not
 # counted (gc.callbacks): a full collection of the test process's heap stops any loop for 15 ms
 # and more on 3.12, whatever code runs. Under the sanitizers (`make asan` preloads libasan and
 # runs with PYTHONMALLOC=malloc) every allocation and C call is several times slower: the bound
@@ -66,7 +66,7 @@ T = TypeVar("T")
 # a test's own set-up (files of several MiB made and compared in its body, which the sample
 # may miss when the hold ends just past the bound) ran 10-16 ms now and then: the suite-wide
 # bound is 20 ms, still a fifth of what a call that never yields holds; the targeted tests
-# (tests/test_responsiveness.py) keep 10 ms with the collector off.
+# (tests/engine/test_responsiveness.py) keep 10 ms with the collector off.
 _SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "") or "ASAN_OPTIONS" in os.environ
 BOUND = float(os.environ.get("AIONATIVE_LOOP_GUARD_MS") or (80 if _SANITIZED else 20)) / 1000
 INTERVAL = 0.001  # the ticker's period: a gap also holds up to this much legitimate work

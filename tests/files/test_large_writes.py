@@ -1,0 +1,253 @@
+"""Writes larger than the buffer: the kernel writes them from the caller's own object (no copy
+of the data, whatever its type), they start as soon as they are made and never run on the
+loop's thread, and the caller's buffer is the caller's again only once the kernel is done with
+it, cancelled or not."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import aionative
+from tests.support import child_env
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def fast_dir(tmp_path: Path) -> Path:
+    """A directory on a tmpfs where there is one (large writes are quick there), else tmp."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        d = shm / f"aionative-{os.getpid()}-{tmp_path.name}"
+        d.mkdir()
+        yield d
+        for p in d.iterdir():
+            p.unlink()
+        d.rmdir()
+    else:
+        yield tmp_path
+
+
+def _loop_name() -> str:
+    return "uvloop" if "uvloop" in type(asyncio.get_running_loop()).__module__ else "asyncio"
+
+
+# --- no copy ---------------------------------------------------------------------------
+
+_RSS_CHILD = textwrap.dedent("""
+    import asyncio, json, os, sys
+    import aionative
+
+    def status_mib(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+
+    kind, where, files, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    if sys.argv[5] == "uvloop":
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    if kind == "text":
+        payload = "abcdefg\\n" * (size // 8)
+    elif kind == "bytearray":
+        payload = bytearray(os.urandom(size))
+    else:
+        payload = os.urandom(size)
+
+    async def one(i):
+        mode = "w" if kind == "text" else "wb"
+        async with aionative.open(os.path.join(where, f"f{i}"), mode) as f:
+            await f.write(payload)
+
+    async def main():
+        await one(0)  # the engine, the modules: everything but the writes' own memory
+        before = status_mib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # the peak (VmHWM) starts again from here (Linux 4.0)
+        await asyncio.gather(*(one(i) for i in range(files)))
+        return before, status_mib("VmHWM")
+
+    before, peak = asyncio.run(main())
+    print(json.dumps({"before": before, "peak": peak}))
+""")
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray"])
+async def test_ten_concurrent_large_writes_add_no_copy_of_the_data(fast_dir: Path, kind: str,
+                                                                 backend: str) -> None:
+    """Ten files written at once from one 64 MiB object: peak memory grows by far less than
+    one copy of it (ten copies, 640 MiB, when each write's data was copied and held)."""
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-P", "-c", _RSS_CHILD, kind, str(fast_dir), "10", str(64 * MiB),
+         _loop_name()],
+        env=child_env(AIONATIVE_BACKEND=backend),
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["peak"] - got["before"] <= 48, got
+    for i in range(10):
+        assert (fast_dir / f"f{i}").stat().st_size == 64 * MiB
+
+
+async def test_a_large_text_write_makes_one_copy_the_encoded_bytes(fast_dir: Path,
+                                                                   backend: str) -> None:
+    """As the builtin: the text is encoded once, and those bytes are what the kernel writes
+    (before, the raw layer copied them and the read window a third time)."""
+    out = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-P", "-c", _RSS_CHILD, "text", str(fast_dir), "1", str(64 * MiB),
+         _loop_name()],
+        env=child_env(AIONATIVE_BACKEND=backend),
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["peak"] - got["before"] <= 64 + 40, got
+    assert await asyncio.to_thread(lambda: (fast_dir / "f0").read_bytes() ==
+                                   b"abcdefg\n" * (8 * MiB))
+
+
+# --- the caller's buffer ---------------------------------------------------------------
+# (The data is made, and the files compared, off the loop's thread: the suite's guard fails a
+# test whose own body holds the loop.)
+
+@pytest.fixture(scope="module")
+def data32() -> bytes:
+    return os.urandom(32 * MiB)
+
+
+async def _same(path: Path, data: bytes | bytearray) -> bool:
+    return await asyncio.to_thread(lambda: path.read_bytes() == data)
+
+
+@pytest.mark.parametrize("make", [bytearray, lambda b: array.array("q", b),
+                                  lambda b: memoryview(bytearray(b))],
+                         ids=["bytearray", "array", "memoryview"])
+async def test_a_large_write_exports_the_callers_buffer_until_it_is_done(
+        fast_dir: Path, make: object, data32: bytes) -> None:
+    data = data32
+    buf = await asyncio.to_thread(make, data)  # type: ignore[arg-type]
+    async with aionative.open(fast_dir / "f", "wb") as f:
+        task = asyncio.ensure_future(f.write(buf))
+        await asyncio.sleep(0)
+        if isinstance(buf, bytearray) and not task.done():
+            with pytest.raises(BufferError):
+                buf.append(0)  # exported, not copied: it cannot be resized meanwhile
+        assert await task == 32 * MiB
+        if isinstance(buf, bytearray):
+            buf.append(0)  # the write's await is over: the caller's again
+            del buf[-1]
+    assert await _same(fast_dir / "f", data)
+
+
+@pytest.mark.blocks_the_loop("zeroes the caller's 32 MiB buffer the moment its write's await "
+                              "ends, on the loop's thread, which is what it tests")
+async def test_a_cancelled_large_write_ends_when_the_kernel_has_read_the_buffer(
+        fast_dir: Path, data32: bytes) -> None:
+    """The await ends (CancelledError) only once the kernel is done reading the caller's
+    buffer: zeroing it at once does not reach the file, and the write is reported done."""
+    data = data32
+    buf = bytearray(data)
+    async with aionative.open(fast_dir / "f", "wb") as f:
+        task = asyncio.ensure_future(f.write(buf))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        buf[:] = bytes(len(buf))
+        buf.append(0)  # no longer exported
+    assert await _same(fast_dir / "f", data)
+
+
+async def test_a_large_pwrite_is_the_callers_buffer_until_it_is_done(fast_dir: Path,
+                                                                    data32: bytes) -> None:
+    buf = await asyncio.to_thread(bytearray, data32)
+    async with aionative.open(fast_dir / "f", "w+b") as f:
+        assert await f.pwrite(buf, 4096) == len(buf)
+        buf.append(0)
+        assert await f.read(4096) == bytes(4096)
+    assert await asyncio.to_thread(lambda: (fast_dir / "f").read_bytes()[4096:] == data32)
+
+
+# --- off the loop's thread, at once -----------------------------------------------------
+
+async def test_large_writes_are_sent_off_the_loops_thread(fast_dir: Path,
+                                                          data32: bytes) -> None:
+    data = data32[:4 * MiB]
+    before = aionative.engine_stats().get("async_writes", 0)
+    async with aionative.open(fast_dir / "f", "wb") as f:
+        await f.write(data)
+        await f.write(memoryview(data))
+    fd = os.open(fast_dir / "g", os.O_WRONLY | os.O_CREAT)
+    try:
+        await aionative.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)
+    info = aionative.backend_info()
+    assert aionative.engine_stats()["async_writes"] - before == 3
+    assert info["large_writes_from"] == 256 << 10
+    if info["backend"] != "io_uring":  # (io_uring's are the kernel's io-wq workers)
+        assert 1 <= info["writer_threads"] <= 4
+
+
+def _writer_nice() -> list[int]:
+    """The nice values of this process's writer threads (Linux AIO's C threads are named
+    ``aionative-write``; the threads backend's are Python threads of that name)."""
+    tids = {t.native_id for t in threading.enumerate() if t.name.startswith("aionative-write")}
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() == "aionative-write":
+            tids.add(int(task.name))
+    nice = []
+    for tid in tids:
+        stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+        nice.append(int(stat.rsplit(")", 1)[1].split()[16]))
+    return nice
+
+
+async def test_writer_threads_run_at_a_lower_priority_than_the_loop(fast_dir: Path,
+                                                                    backend: str) -> None:
+    """Ten large writes keep every CPU copying: the threads that copy (Linux AIO's and the
+    threads backend's; io_uring's are the kernel's) yield to the loop's thread when it wakes."""
+    if backend == "io_uring":
+        pytest.skip("io_uring's large writes are its kernel workers'")
+    async with aionative.open(fast_dir / "f", "wb") as f:
+        await f.write(bytes(MiB))
+    loop_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    nice = _writer_nice()
+    assert nice and all(n == min(loop_nice + 10, 19) for n in nice), (loop_nice, nice)
+
+
+@pytest.mark.blocks_the_loop("a task that computes without yielding is what it tests")
+async def test_a_large_write_is_under_way_while_other_tasks_compute(fast_dir: Path,
+                                                                    data32: bytes) -> None:
+    """A task's write starts when it is made, not at the end of the loop's iteration: a task
+    that computes without yielding, right after, sees the file filled meanwhile."""
+    path = fast_dir / "f"
+    data = data32[:16 * MiB]
+    seen: list[int] = []
+
+    async def compute() -> None:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and os.stat(path).st_size < len(data):
+            pass
+        seen.append(os.stat(path).st_size)
+
+    async with aionative.open(path, "wb") as f:
+        computing = asyncio.ensure_future(compute())  # runs when the write's call waits
+        await f.write(data)
+        await computing
+    assert seen == [len(data)]

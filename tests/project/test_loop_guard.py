@@ -1,0 +1,99 @@
+"""The suite's loop guards (tests/_loop_guard.py) can fail: a test that holds its loop past the
+bound fails and is told what held it, an exempt one passes, and a blocking call aionative would
+make on the loop's thread is blockbuster's error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.support import child_env
+
+TESTS = Path(__file__).resolve().parents[1]  # tests/, where the conftest and its helpers are
+
+PROBE = '''
+import asyncio, time
+import pytest
+import aionative
+
+pytestmark = pytest.mark.asyncio
+
+
+def spin(seconds):
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+async def test_holds_the_loop(monkeypatch, tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    from aionative import _files
+    run = _files.AsyncBase._run
+    monkeypatch.setattr(_files.AsyncBase, "_run",
+                        lambda self, fn, *a: (spin(0.05), run(self, fn, *a))[1])
+    async with aionative.open(tmp_path / "f", "rb") as f:
+        await f.read(4096)
+
+
+async def test_own_body_holds_the_loop():
+    await asyncio.sleep(0)
+    spin(0.05)
+
+
+@pytest.mark.blocks_the_loop("holds the loop to show the exemption")
+async def test_holds_the_loop_exempt():
+    spin(0.05)
+
+
+async def test_yields():
+    for _ in range(50):
+        spin(0.001)
+        await asyncio.sleep(0)
+
+
+async def test_aionative_blocks(monkeypatch, tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    from aionative import _files
+    monkeypatch.setattr(_files.AsyncBase, "_run", lambda self, fn, *a: time.sleep(0.001))
+    async with aionative.open(tmp_path / "f", "rb") as f:
+        await f.read(4096)
+'''
+
+
+def _run_probe(tmp_path: Path, **env: str) -> str:
+    """The probe tests, run by pytest under this suite's conftest (copied beside them)."""
+    (tmp_path / "tests").mkdir()
+    for name in ("__init__.py", "conftest.py", "support.py", "_loop_guard.py", "_seccomp.py"):
+        if (TESTS / name).exists():
+            (tmp_path / "tests" / name).write_bytes((TESTS / name).read_bytes())
+    (tmp_path / "tests" / "test_probe.py").write_text(textwrap.dedent(PROBE))
+    root = TESTS.parent
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+         "-c", str(root / "pyproject.toml"), "--rootdir", str(tmp_path),
+         "-o", "asyncio_mode=strict", str(tmp_path / "tests" / "test_probe.py")],
+        cwd=tmp_path, env=child_env(AIONATIVE_TEST_BACKENDS="io_uring,linux_aio,threads",
+                                    **env),
+        capture_output=True, text=True, timeout=300, check=False)
+    return out.stdout + out.stderr
+
+
+def test_the_guards_fail_a_test_that_holds_its_loop_and_name_what_did(tmp_path: Path) -> None:
+    out = _run_probe(tmp_path)
+    assert "FAILED tests/test_probe.py::test_holds_the_loop[" in out, out
+    assert "held the event loop for" in out and "aionative was running" in out, out
+    # A test's own work (its set-up, a gather it makes) is not aionative's: not failed.
+    assert "test_own_body_holds_the_loop" not in out.split("short test summary")[-1], out
+    assert "test_holds_the_loop_exempt" not in out.split("short test summary")[-1], out
+    assert "test_yields[" not in out.split("short test summary")[-1], out
+    assert "Blocking call to time.sleep" in out or "time.sleep from" in out, out
+    assert "test_aionative_blocks[" in out.split("short test summary")[-1], out
+
+
+def test_the_responsiveness_guard_turns_off(tmp_path: Path) -> None:
+    out = _run_probe(tmp_path, AIONATIVE_LOOP_GUARD="0")
+    assert "held the event loop" not in out, out
+    assert "8 passed" in out, out  # (the holding, exempt and yielding tests, on both loops)
+    assert "FAILED tests/test_probe.py::test_holds_the_loop[" not in out, out
