@@ -18,8 +18,7 @@ import pytest
 
 import aionative
 from aionative._backend import _core
-
-from .conftest import child_env
+from tests.support import child_env
 
 pytestmark = pytest.mark.skipif(_core is None, reason="the C engine is not built")
 
