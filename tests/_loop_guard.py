@@ -257,10 +257,13 @@ class _Watchdog:
                                                    lookup_lines=False)
             del frame  # (held while this thread sleeps, it would keep the test's locals alive)
             stack.reverse()
-            if stack and stack[-1].name in ("select", "poll") and \
-                    stack[-1].filename.endswith("selectors.py"):
-                # The loop waiting for events: the hold (C code that kept the GIL, the
-                # engine's callbacks say) ended before this thread could take the sample.
+            if stack and (stack[-1].name in ("select", "poll") and
+                          stack[-1].filename.endswith("selectors.py") or
+                          stack[-1].filename == __file__):
+                # The loop waiting for events, or this guard's own code (the test just
+                # returned, its locals freed): the hold (C code that kept the GIL, the
+                # engine's callbacks, a large object freed) ended before this thread could
+                # take the sample.
                 continue
             if guard.gap == gap:
                 guard.sample = (gap, list(stack), held > BOUND)
