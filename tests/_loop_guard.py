@@ -193,11 +193,14 @@ def _held_by_the_test(stack: list[traceback.FrameSummary] | None) -> bool:
     buffer, a gather of ten thousand coroutines), not aionative: no aionative frame on the
     stack, and from the innermost frame out, past the standard library's and installed
     packages' (asyncio creating the tasks a test gathers, the blocking-call detector's
-    wrappers), the first frame is the test module's. An aionative frame anywhere,
+    wrappers), the first frame is the test module's, or a module is being imported (a library's
+    import on first use). An aionative frame anywhere,
     the loop running a callback (the engine's are C functions, invisible in the sample), or no
     sample at all count against aionative."""
     if not stack or any(f.filename.startswith(_PACKAGE) for f in stack):
         return False
+    if any(f.name == "_find_and_load" and f.filename.startswith("<frozen importlib") for f in stack):
+        return True  # a module imported on first use (a framework's lazy import), not aionative
     for f in reversed(stack):
         # (code made at run time — "<string>", a dataclass's __init__ — or a frozen module's
         # is a library's too)
