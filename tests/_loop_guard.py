@@ -62,7 +62,7 @@ T = TypeVar("T")
 # counted (gc.callbacks): a full collection of the test process's heap stops any loop for 15 ms
 # and more on 3.12, whatever code runs. Under the sanitizers (`make asan` preloads libasan and
 # runs with PYTHONMALLOC=malloc) every allocation and C call is several times slower: the bound
-# is four times longer there. Across the whole suite, beside two CPUs shared with other work,
+# is four times longer there (make asan turns the guard off altogether: AIONATIVE_LOOP_GUARD=0). Across the whole suite, beside two CPUs shared with other work,
 # a test's own set-up (files of several MiB made and compared in its body, which the sample
 # may miss when the hold ends just past the bound) ran 10-16 ms now and then: the suite-wide
 # bound is 20 ms, still a fifth of what a call that never yields holds; the targeted tests

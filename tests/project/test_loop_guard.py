@@ -75,7 +75,7 @@ def _run_probe(tmp_path: Path, **env: str) -> str:
          "-c", str(root / "pyproject.toml"), "--rootdir", str(tmp_path),
          "-o", "asyncio_mode=strict", str(tmp_path / "tests" / "test_probe.py")],
         cwd=tmp_path, env=child_env(AIONATIVE_TEST_BACKENDS="io_uring,linux_aio,threads",
-                                    **env),
+                                    AIONATIVE_TEST_LOOPS="asyncio,uvloop", **env),
         capture_output=True, text=True, timeout=300, check=False)
     return out.stdout + out.stderr
 
