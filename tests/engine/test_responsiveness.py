@@ -38,7 +38,7 @@ def lines_file(lines_file_written: Path) -> Path:
     return lines_file_written
 
 
-async def _longest_gap(work: Callable[[], Awaitable[None]]) -> float:
+async def _one_longest_gap(work: Callable[[], Awaitable[None]]) -> float:
     longest = 0.0  # (not a list of every gap: the ticker runs hundreds of thousands of times)
     stop = False
 
@@ -67,6 +67,24 @@ async def _longest_gap(work: Callable[[], Awaitable[None]]) -> float:
         stop = True
         await task
     return longest
+
+
+ATTEMPTS = 3
+
+
+async def _longest_gap(work: Callable[[], Awaitable[None]]) -> float:
+    """The loop's longest gap while ``work()`` runs: the least of up to ``ATTEMPTS`` runs, the
+    first under the bound ending them. CPU time is not free of noise either: a kernel built
+    without IRQ time accounting (CONFIG_IRQ_TIME_ACCOUNTING off, as here) charges interrupt and
+    softirq work, heavy while hundreds of MiB are written back, to whichever thread it
+    interrupts, and a ticker step of a few instructions was seen to cost 24 ms. A call that
+    holds the loop does so on every attempt; such noise seldom strikes three in a row."""
+    best = float("inf")
+    for _ in range(ATTEMPTS):
+        best = min(best, await _one_longest_gap(work))
+        if best < MAX_GAP:
+            break
+    return best
 
 
 @pytest.mark.parametrize("mode", ["rb", "r"])
@@ -115,11 +133,18 @@ async def test_ten_concurrent_large_writes_leave_the_loop_free(tmp_path: Path, p
     # (Text is encoded on the loop's thread, by the builtin's text layer, as anywhere: 2 MiB
     # of it here, a millisecond or two; ten at once take a turn each, not all in one.)
 
+    attempt = 0
+
     async def one(i: int) -> None:
-        async with aionative.open(tmp_path / f"f{i}", "w" if kind == "text" else "wb") as f:
+        # (new files at each attempt: writing over a file measures its truncation and, on
+        # ext4, the write-back its close starts, not these writes)
+        path = tmp_path / f"f{attempt}-{i}"
+        async with aionative.open(path, "w" if kind == "text" else "wb") as f:
             await f.write(data)
 
     async def work() -> None:
+        nonlocal attempt
+        attempt += 1
         await asyncio.gather(*(one(i) for i in range(10)))
 
     assert await _longest_gap(work) < MAX_GAP
