@@ -181,6 +181,8 @@ class _Guard:
         else:
             lines.append("(no stack sample: the hold was shorter than the watchdog's poll, or "
                          "held the GIL throughout)")
+            if _watchdog.error is not None:
+                lines.append(f"(the watchdog's last poll failed: {_watchdog.error})")
         return "\n".join(lines)
 
 
@@ -222,6 +224,7 @@ class _Watchdog:
         self.guard: _Guard | None = None
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
+        self.error: str | None = None  # the last exception a poll raised, for the report
 
     def watch(self, guard: _Guard) -> None:
         self.guard = guard
@@ -243,35 +246,41 @@ class _Watchdog:
                 self.wake.clear()
                 continue
             time.sleep(BOUND / 8)
-            gap = guard.gap
-            sample = guard.sample
-            held = guard.held()
-            # A gap is first sampled at half the bound, so that a hold which ends just past
-            # it (before this thread gets the GIL, up to a switch interval later) has a
-            # sample; it is sampled once more past the bound, which is the sample reported.
-            if held <= BOUND / 2 or (sample is not None and sample[0] == gap
-                                     and (sample[2] or held <= BOUND)):
-                continue
-            frame = sys._current_frames().get(guard.thread)
-            if frame is None:
-                continue
-            # The source lines are looked up when the report is written: reading them here
-            # would give the GIL back to the loop's thread at each file, and the hold would
-            # be over before the sample is.
-            stack = traceback.StackSummary.extract(traceback.walk_stack(frame),
-                                                   lookup_lines=False)
-            del frame  # (held while this thread sleeps, it would keep the test's locals alive)
-            stack.reverse()
-            if stack and (stack[-1].name in ("select", "poll") and
-                          stack[-1].filename.endswith("selectors.py") or
-                          stack[-1].filename == __file__):
-                # The loop waiting for events, or this guard's own code (the test just
-                # returned, its locals freed): the hold (C code that kept the GIL, the
-                # engine's callbacks, a large object freed) ended before this thread could
-                # take the sample.
-                continue
-            if guard.gap == gap:
-                guard.sample = (gap, list(stack), held > BOUND)
+            try:
+                self._poll(guard)
+            except Exception as exc:  # noqa: BLE001 (a sample lost, never the watchdog)
+                self.error = f"{type(exc).__name__}: {exc}"
+
+    def _poll(self, guard: _Guard) -> None:
+        gap = guard.gap
+        sample = guard.sample
+        held = guard.held()
+        # A gap is first sampled at half the bound, so that a hold which ends just past
+        # it (before this thread gets the GIL, up to a switch interval later) has a
+        # sample; it is sampled once more past the bound, which is the sample reported.
+        if held <= BOUND / 2 or (sample is not None and sample[0] == gap
+                                 and (sample[2] or held <= BOUND)):
+            return
+        frame = sys._current_frames().get(guard.thread)
+        if frame is None:
+            return
+        # The source lines are looked up when the report is written: reading them here
+        # would give the GIL back to the loop's thread at each file, and the hold would
+        # be over before the sample is.
+        stack = traceback.StackSummary.extract(traceback.walk_stack(frame),
+                                               lookup_lines=False)
+        del frame  # (held while this thread sleeps, it would keep the test's locals alive)
+        stack.reverse()
+        if stack and (stack[-1].name in ("select", "poll") and
+                      stack[-1].filename.endswith("selectors.py") or
+                      stack[-1].filename == __file__):
+            # The loop waiting for events, or this guard's own code (the test just
+            # returned, its locals freed): the hold (C code that kept the GIL, the
+            # engine's callbacks, a large object freed) ended before this thread could
+            # take the sample.
+            return
+        if guard.gap == gap:
+            guard.sample = (gap, list(stack), held > BOUND)
 
 
 _watchdog = _Watchdog()

@@ -4,11 +4,17 @@ make on the loop's thread is blockbuster's error."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
+import traceback
 from pathlib import Path
 
+import pytest
+
+import aionative
+from tests import _loop_guard
 from tests.support import child_env
 
 TESTS = Path(__file__).resolve().parents[1]  # tests/, where the conftest and its helpers are
@@ -32,14 +38,16 @@ async def test_holds_the_loop(monkeypatch, tmp_path):
     from aionative import _files
     run = _files.AsyncBase._run
     monkeypatch.setattr(_files.AsyncBase, "_run",
-                        lambda self, fn, *a: (spin(0.05), run(self, fn, *a))[1])
+                        lambda self, fn, *a: (spin(0.15), run(self, fn, *a))[1])
     async with aionative.open(tmp_path / "f", "rb") as f:
         await f.read(4096)
 
 
+# (The holds last 150 ms: the watchdog, polling every few milliseconds, samples such a hold
+# even while other processes keep it off a CPU for tens of milliseconds.)
 async def test_own_body_holds_the_loop():
     await asyncio.sleep(0)
-    spin(0.05)
+    spin(0.15)
 
 
 @pytest.mark.blocks_the_loop("holds the loop to show the exemption")
@@ -97,3 +105,37 @@ def test_the_responsiveness_guard_turns_off(tmp_path: Path) -> None:
     assert "held the event loop" not in out, out
     assert "8 passed" in out, out  # (the holding, exempt and yielding tests, on both loops)
     assert "FAILED tests/test_probe.py::test_holds_the_loop[" not in out, out
+
+
+# Whose hold a sampled stack shows, decided without any timing: the same rules the guard
+# applies to a sample, on stacks written out here (outermost frame first).
+def _stack(*frames: tuple[str, str]) -> list[traceback.FrameSummary]:
+    return [traceback.FrameSummary(path, 1, name, lookup_line=False) for path, name in frames]
+
+
+_ASYNCIO = (str(Path(asyncio.__file__).parent / "events.py"), "_run")
+_GUARDED = (_loop_guard.__file__, "guarded")
+_TEST = (str(TESTS / "files" / "test_x.py"), "test_x")
+_OURS = (str(Path(aionative.__file__).parent / "_files" / "binary.py"), "read")
+_LIB = ("/venv/lib/python3.12/site-packages/somelib/__init__.py", "work")
+_IMPORT = ("<frozen importlib._bootstrap>", "_find_and_load")
+
+
+@pytest.mark.parametrize(("stack", "the_tests"), [
+    pytest.param(_stack(_ASYNCIO, _GUARDED, _TEST), True, id="the-tests-own-code"),
+    pytest.param(_stack(_ASYNCIO, _GUARDED, _TEST, _LIB, (asyncio.__file__, "gather")), True,
+                 id="a-library-the-test-called"),
+    pytest.param(_stack(_ASYNCIO, _GUARDED, _TEST, (_loop_guard.__file__, "check")), True,
+                 id="the-detectors-check-wrapped-in-the-guard"),
+    pytest.param(_stack(_ASYNCIO, _GUARDED, _TEST, _OURS), False, id="aionative-innermost"),
+    pytest.param(_stack(_ASYNCIO, _GUARDED, _OURS, _TEST), False, id="aionative-calling-back"),
+    pytest.param(_stack(_ASYNCIO, _GUARDED, _TEST, _IMPORT, _LIB), True, id="a-lazy-import"),
+    pytest.param(_stack(_ASYNCIO, _GUARDED, _OURS, _IMPORT), False, id="aionative-importing"),
+    pytest.param(_stack(_ASYNCIO, (asyncio.__file__, "call_soon")), False,
+                 id="the-loop-running-a-callback"),
+    pytest.param(_stack(_ASYNCIO, _GUARDED), False, id="the-guarded-wrapper"),
+    pytest.param([], False, id="no-sample"),
+])
+def test_a_sample_is_the_tests_only_without_aionative_on_it(
+        stack: list[traceback.FrameSummary], the_tests: bool) -> None:
+    assert _loop_guard._held_by_the_test(stack) is the_tests
