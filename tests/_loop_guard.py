@@ -19,6 +19,8 @@ twice the bound that the watchdog could not sample (it was not scheduled meanwhi
 else does.
 ``@pytest.mark.blocks_the_loop(reason)`` exempts a test whose own code holds the loop or makes
 blocking calls on purpose (from both guards) (fault injection, a demonstration of a blocked loop); the reason is required.
+``@pytest.mark.measures_the_loop`` marks a test that measures the loop's gaps itself, more
+strictly and over repeated attempts: the responsiveness guard steps aside for it.
 ``AIONATIVE_LOOP_GUARD=0`` turns the responsiveness guard off (to debug a test in a debugger,
 say); ``AIONATIVE_LOOP_GUARD_MS`` sets another bound.
 
@@ -74,6 +76,7 @@ ENABLED = os.environ.get("AIONATIVE_LOOP_GUARD", "1") != "0"
 
 _PACKAGE = str(Path(aionative.__file__).resolve().parent) + os.sep
 _MARKER = "blocks_the_loop"
+_MEASURES = "measures_the_loop"
 
 
 def _thread_usage() -> tuple[float, float, int, int]:
@@ -332,10 +335,20 @@ def is_exempt(item: pytest.Item) -> bool:
     return True
 
 
+def measures_itself(item: pytest.Item) -> bool:
+    """``@pytest.mark.measures_the_loop``: the test measures the loop's gaps itself, to a
+    stricter bound and over repeated attempts (tests/engine/test_responsiveness.py); the
+    responsiveness guard, which sees one attempt, steps aside. Blockbuster stays on."""
+    return item.get_closest_marker(_MEASURES) is not None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", (f"{_MARKER}(reason): the test's own body holds the event loop on purpose; "
                     "the loop-responsiveness guard does not measure it"))
+    config.addinivalue_line(
+        "markers", (f"{_MEASURES}: the test measures the loop's gaps itself, more strictly; "
+                    "the responsiveness guard does not (the blocking-call detector does)"))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -345,7 +358,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     pytest's between the ticks)."""
     fn = getattr(item, "obj", None)
     if (not ENABLED or not isinstance(item, pytest.Function) or is_exempt(item)
-            or item.get_closest_marker("asyncio") is None
+            or measures_itself(item) or item.get_closest_marker("asyncio") is None
             or not inspect.iscoroutinefunction(fn)):
         return (yield)
     item.obj = _guarded(fn, "the test", item)
