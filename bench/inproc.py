@@ -1,45 +1,40 @@
-"""In-process measurements for looking closer at one mechanism, outside the
-worker protocol of ``python -m bench`` (one process, one loop, engine counters at hand):
+"""In-process probes that docs/design.md cites: each measures the cost of one mechanism of
+the engine or the file layer, in one process on one loop with the engine's counters at hand,
+outside the worker protocol of ``python -m bench`` (the harness and its workloads).
 
-    python -m bench.inproc gather-reads [--backend threads] [--n 1000 10000]
-        N hot 4 KiB ``aionative.pread``s of a cached 4 MiB file issued at once with
-        ``asyncio.gather``: seconds and engine counters (the threads backend's refused-read
-        queue, which must stay linear in N).
-    python -m bench.inproc w4-loop [--seconds 6] [--budget-us 1e9] [--n 1]
-        ``async with aionative.open(p, "rb")`` + ``read()`` over 300 of W4's cached files in
-        passes, N tasks sharing one iterator (the loop profiled with ``py-spy record -r 1000
-        -f raw -o out.txt -- python -m bench.inproc w4-loop --budget-us 1e9``); prints µs a
-        file, how many operations went through the kernel queue, how many inline calls
-        a spent budget deferred to a later turn, and how many of those found the next turn's
-        budget spent past the retry's grace too (they wait in the queue of refused calls).
-    python -m bench.inproc w4-steps
-        The same files, one task, the budget out of the way: µs a file of each step — the
-        engine's inline calls alone (``open_lazy``, ``read_rest``, ``close_now``), the
-        builtin's ``open``/``read``/``close``, and the file API's ``open()``, ``__aenter__``,
-        ``read()``, ``__aexit__`` — median of three passes of 20 rounds.
-    python -m bench.inproc w1-inline [--n 64] [--loop asyncio|uvloop]
+    python -m bench.inproc w1-inline [--n 64] [--sync] [--loop asyncio|uvloop]
         W1's hot random 4 KiB reads by N tasks for 1 s, five times: CPU µs a read, reads/s
         and the share completed inline (the rest went through the kernel queue), median run.
         ``--sync``: before each run, ``os.pread``s of the same offsets in a plain loop for
         1 s (W1's synchronous loop), their median and the ratio of the two medians' reads/s.
-    python -m bench.inproc w6-turns [--n 64] [--no-gc]
+        What parking a refused caller and sending a refused read round a turn cost.
+    python -m bench.inproc w6-turns [--n 64] [--no-gc] [--backend threads]
         W1's reads by N tasks and W6's 1 ms ticker on the asyncio loop for 1 s: the loop
         iterations' durations (``_run_once`` timed), the callbacks each starts with, and the
-        ticker's lateness.
+        ticker's lateness. How long the budget, the park slice and the threads engine's
+        budget let a turn grow.
     python -m bench.inproc w3-seq
         W3's sequential 1 MiB ``aionative.pread``s over the first 256 MiB of W1's (cached) file
         against ``os.pread``, and ``aionative.preadinto``s into one buffer against
         ``os.preadv``, alternating, five passes each: median µs a read, each pair's ratio, and
         how the last pass's reads went (queued, inline, retried after a turn, minor page
-        faults a read); and
-        ``os.preadv`` with the loop turned once after each read: what the turn costs.
+        faults a read); and ``os.preadv`` with the loop turned once after each read: what the
+        turn costs. Why a large read the spent budget refused waits a turn, not the queue.
     python -m bench.inproc large-small [--seconds 0.7] [--backend threads]
         Two tasks streaming cached 1 MiB ``aionative.pread``s beside one task of 4 KiB ones:
-        how many of each got done, and the slowest small one (whether large reads' turns
-        starve the queue of refused reads).
-    python -m bench.inproc w3-lag [--seconds 2] [--loop asyncio|uvloop]
-        One task's sequential 1 MiB ``aionative.pread``s beside a 1 ms ticker: chunks/s and
-        the ticker's lateness (p50 / p99 / max): what a large-chunk reader costs the others.
+        how many of each got done, and the slowest small one (whether large reads' retries
+        after a turn starve the queue of refused reads).
+    python -m bench.inproc w4-loop [--seconds 6] [--budget-us US] [--n 1]
+        ``async with aionative.open(p, "rb")`` + ``read()`` over 300 of W4's cached files in
+        passes, N tasks sharing one iterator: µs a file, how many operations went through the
+        kernel queue, how many inline calls a spent budget deferred to a later turn, and how
+        many of those found the next turn's budget spent past the retry's grace too (they
+        wait in the queue of refused calls). What the grace saves concurrent opens.
+    python -m bench.inproc log-lines [--n 20000]
+        A log shipper's appends: N lines of 100 bytes written to a file opened ``"ab"``, each
+        followed by ``flush()`` (then again without the flushes), by the builtin ``open``,
+        ``aionative.open`` and ``aiofiles.open`` in turn: lines/s, CPU µs a line, and how
+        aionative's writes went (inline, queued). Why a refused push waits a turn.
     python -m bench.inproc w3-file [--n 1024] [--direct-min BYTES] [--cold]
         W3 through file objects: ``read``s of N KiB, then ``readinto``s into one buffer, over
         the first 64 MiB of W1's (cached) file, by ``aionative.open`` and the builtin
@@ -47,10 +42,6 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         ``--direct-min`` sets the size from which a file's read skips its window
         (``_files.binary._DIRECT_READ_MIN``; a huge value: never); ``--cold`` drops the file's
         pages before each pass.
-    python -m bench.inproc w7-readline [--n 20000]
-        N lines of W7's (cached) text file, in ``rb`` and in ``r``: ``await f.readline()``
-        calls and ``async for`` through ``aionative.open`` against the builtin's
-        ``readline()``, alternating, five passes each: median µs a line and the ratios.
     python -m bench.inproc w2-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio] [--file]
         W2's O_DIRECT random 4 KiB ``aionative.preadinto``s of W1's file by N tasks: reads/s,
         CPU µs a read, and the engine's submission batches, system calls, eventfd wake-ups
@@ -58,36 +49,10 @@ worker protocol of ``python -m bench`` (one process, one loop, engine counters a
         and how many loop iterations the engine asked for). ``--file``: the same reads as
         ``await f.pread(4096, off)`` on one ``aionative.open(path, "rb", buffering=0,
         direct=True)`` file the N tasks share (the file layer aligns and copies).
-
-    python -m bench.inproc w5-write [--n 1 64] [--seconds 2] [--tmpfs] [--backend linux_aio]
-        W5's random 4 KiB ``aionative.pwrite``s by N tasks into W5's cached file (``--tmpfs``:
-        a 256 MiB file under ``/dev/shm``), alternating with an ``os.pwrite`` loop, three
-        times: writes/s of each and their ratio, CPU µs a write (the loop's thread and the
-        process's other threads, io_uring's ``iou-wrk`` workers among them), and the engine's
-        system calls, wake-ups and inline writes a write (median run).
-
     python -m bench.inproc w5-direct [--n 1 16 64] [--seconds 2] [--backend linux_aio]
         Random 4 KiB ``await f.pwrite(block, off)`` by N tasks on one ``aionative.open(path,
         "r+b", buffering=0, direct=True)`` file of 64 MiB in ``bench/.data`` (written in full
         first): writes/s, CPU µs a write and the engine's counters a write, as ``w2-direct``.
-
-    python -m bench.inproc log-lines [--n 20000]
-        A log shipper's appends: N lines of 100 bytes written to a file opened ``"ab"``, each
-        followed by ``flush()`` (then again without the flushes), by the builtin ``open``,
-        ``aionative.open`` and ``aiofiles.open`` in turn: lines/s, CPU µs a line, and how
-        aionative's writes went (inline, queued).
-
-    python -m bench.inproc cold-whole [--n 4 16] [--backend linux_aio]
-        A cold 256 MiB read (W1's file, its pages dropped before each) as one
-        ``aionative.pread``, as N concurrent ones of 256 MiB / N, and as one ``os.pread``,
-        alternating, three passes: GB/s, peak RSS above the RSS before, and the longest a
-        1 ms ticker beside it waited (medians). Whether splitting a large read helps.
-
-    python -m bench.inproc cold-rand [--n 16] [--backend linux_aio]
-        Cold random 4 KiB ``aionative.pread``s of W1's file (its pages dropped, readahead off)
-        by N tasks, 4000 a pass, three passes: reads/s and CPU µs a read (medians), and how
-        many took Linux AIO's ``O_DIRECT`` detour. Under ``strace -f -c`` it counts the
-        detour's system calls.
 
 ``--turn-min BYTES`` sets ``aionative.pread``'s ``TURN_MIN`` for any of them (0: every read the
 spent budget refused waits a turn instead of going to the kernel queue).
@@ -100,14 +65,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import mmap
 import os
 import random
 import resource
 import tempfile
-import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Iterator
@@ -116,8 +79,7 @@ from typing import Any
 
 import aionative
 from aionative import _lowlevel
-from bench.common import DATA_DIR, take_lines
-from bench.meter import reset_rss_peak, rss_peak_mib
+from bench.common import DATA_DIR
 
 
 @types.coroutine
@@ -144,19 +106,6 @@ def _pct(xs: list[float], q: float) -> float:
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-async def gather_reads(counts: list[int]) -> None:
-    with tempfile.NamedTemporaryFile() as tmp:
-        tmp.write(os.urandom(4 << 20))
-        tmp.flush()
-        fd = tmp.fileno()
-        for n in counts:
-            t = time.perf_counter()
-            got = await asyncio.gather(*(aionative.pread(fd, 4096, (i * 4096) % (4 << 20))
-                                         for i in range(n)))
-            assert all(len(g) == 4096 for g in got)
-            print(f"{n} reads: {time.perf_counter() - t:.3f} s  {aionative.engine_stats()}")
 
 
 def _w4_files(count: int = 300) -> list[str]:
@@ -192,80 +141,6 @@ async def w4_loop(seconds: float, tasks: int) -> None:
           f"{cpu * 1e6 / done:.1f} µs CPU a file; {queued} operations through the kernel "
           f"queue; {deferred / done:.2f} inline calls a file deferred to a later turn, "
           f"{waited / done:.2f} of them on to the queue of refused calls")
-
-
-def _median_steps(one_pass: Callable[[], list[float]], labels: list[str]) -> str:
-    passes = [one_pass() for _ in range(3)]
-    med = [sorted(p[i] for p in passes)[1] for i in range(len(labels))]
-    return "  ".join(f"{label} {t:.2f}" for label, t in zip(labels, med))
-
-
-async def w4_steps() -> None:
-    files = _w4_files()
-    aionative.set_inline_budget(1e9)
-    eng = aionative.get_engine()
-    clock = time.perf_counter_ns
-    rounds = 20
-
-    class Lazy:  # what open_lazy makes: an object with a _lazy (the LazyReader)
-        _lazy: Any
-
-    def engine_pass() -> list[float]:
-        t = [0, 0, 0]
-        for _ in range(rounds):
-            for p in files:
-                a = clock()
-                lazy = eng.open_lazy(p, Lazy, None, None)._lazy
-                b = clock()
-                lazy.read_rest()
-                c = clock()
-                lazy.close_now()
-                t[0] += b - a
-                t[1] += c - b
-                t[2] += clock() - c
-        return [x / (rounds * len(files) * 1000) for x in t]
-
-    def builtin_pass() -> list[float]:
-        t = [0, 0, 0]
-        for _ in range(rounds):
-            for p in files:
-                a = clock()
-                f = open(p, "rb")  # noqa: SIM115 - the sync limit, timed step by step
-                b = clock()
-                f.read()
-                c = clock()
-                f.close()
-                t[0] += b - a
-                t[1] += c - b
-                t[2] += clock() - c
-        return [x / (rounds * len(files) * 1000) for x in t]
-
-    async def api_pass() -> list[float]:
-        t = [0, 0, 0, 0]
-        for _ in range(rounds):
-            for p in files:
-                a = clock()
-                cm = aionative.open(p, "rb")
-                b = clock()
-                f = await cm.__aenter__()
-                c = clock()
-                await f.read()
-                d = clock()
-                await cm.__aexit__(None, None, None)
-                t[0] += b - a
-                t[1] += c - b
-                t[2] += d - c
-                t[3] += clock() - d
-        return [x / (rounds * len(files) * 1000) for x in t]
-
-    print("µs a file, engine's inline calls:",
-          _median_steps(engine_pass, ["open_lazy", "read_rest", "close_now"]))
-    print("µs a file, builtin:", _median_steps(builtin_pass, ["open", "read", "close"]))
-    api = [await api_pass() for _ in range(3)]
-    med = [sorted(p[i] for p in api)[1] for i in range(4)]
-    print("µs a file, aionative.open:", "  ".join(
-        f"{label} {v:.2f}" for label, v in zip(["open()", "__aenter__", "read()", "__aexit__"],
-                                                med)))
 
 
 _W1_SPAN = 64 << 20  # the hot region of W1's file these commands read
@@ -460,89 +335,6 @@ async def large_small(seconds: float) -> None:
           f"{worst * 1e3:.1f} ms")
 
 
-async def w3_lag(seconds: float) -> None:
-    """One task reading W1's (cached) file in 1 MiB ``aionative.pread``s, round the first
-    256 MiB, beside a 1 ms ticker: chunks/s, and how late the ticker woke (``perf_counter``;
-    uvloop's own clock rounds timers to the millisecond)."""
-    fd = _w1_hot_fd(256 << 20)
-    stop, chunks = [False], 0
-    late: list[float] = []
-
-    async def reader() -> None:
-        nonlocal chunks
-        off = 0
-        while not stop[0]:
-            await aionative.pread(fd, 1 << 20, off)
-            chunks += 1
-            off = (off + (1 << 20)) % (256 << 20)
-
-    tasks = [asyncio.ensure_future(reader()), asyncio.ensure_future(_ticker(late, stop))]
-    await asyncio.sleep(0.2)
-    late.clear()
-    c0, t0 = chunks, time.perf_counter()
-    await asyncio.sleep(seconds)
-    rate = (chunks - c0) / (time.perf_counter() - t0)
-    stop[0] = True
-    await asyncio.gather(*tasks)
-    os.close(fd)
-    print(f"{rate:.0f} chunks/s; ticker late ms p50 {_pct(late, 0.5):.3f} / p99 "
-          f"{_pct(late, 0.99):.3f} / max {max(late) * 1e3:.3f} ({len(late)} ticks)")
-
-
-async def cold_whole(chunks: list[int]) -> None:
-    """One cold 256 MiB read (W1's file, its pages dropped first) as one ``aionative.pread``
-    and as ``k`` concurrent ones of ``256 MiB / k``, against one ``os.pread``: GB/s, median of
-    three passes, the variants alternating; with each variant's peak RSS above the process's
-    RSS before it, and the longest a 1 ms ticker beside it waited (the loop's longest stop;
-    ``os.pread`` stops the loop for the whole read)."""
-    paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
-    if not paths:
-        raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
-    size = 256 << 20
-    fd = os.open(paths[0], os.O_RDONLY)
-    names = ["os.pread", "1 pread"] + [f"{k} preads" for k in chunks]
-    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in names}
-
-    try:
-        for _ in range(3):
-            for name in names:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                late: list[float] = []
-                stop = [False]
-                tick = asyncio.ensure_future(_ticker(late, stop))
-                await asyncio.sleep(0.005)
-                rss0 = reset_rss_peak()
-                if rss0 is None:
-                    raise SystemExit("cold-whole needs a writable /proc/self/clear_refs")
-                t0 = time.perf_counter()
-                if name == "os.pread":
-                    got = len(os.pread(fd, size, 0))
-                else:
-                    k = int(name.split()[0])
-                    parts = await asyncio.gather(*(aionative.pread(fd, size // k, i * size // k)
-                                                   for i in range(k)))
-                    got = sum(map(len, parts))
-                dt = time.perf_counter() - t0
-                peak = rss_peak_mib() - rss0
-                await asyncio.sleep(0.002)
-                stop[0] = True
-                await tick
-                parts = []
-                if got != size:
-                    raise RuntimeError(f"{name}: {got} bytes")
-                runs[name].append((size / dt / 1e9, peak, max(late, default=dt) * 1e3))
-    finally:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-
-    def med(v: list[tuple[float, float, float]], i: int) -> float:
-        return sorted(x[i] for x in v)[1]
-
-    print(f"{aionative.get_engine().backend}: " + ", ".join(
-        f"{k} {med(v, 0):.2f} GB/s (+{med(v, 1):.0f} MiB peak RSS, the loop stopped "
-        f"≤ {med(v, 2):.1f} ms)" for k, v in runs.items()))
-
-
 async def w3_file(chunks_kib: list[int], cold: bool) -> None:
     """W3 through file objects: sequential ``read``s of each chunk size, then ``readinto``s
     into one buffer, over the first 64 MiB of W1's (cached) file, by ``aionative.open`` and
@@ -577,32 +369,6 @@ async def w3_file(chunks_kib: list[int], cold: bool) -> None:
             print(f"µs a {kib} KiB {op}: open {a:.1f}, aionative.open {b:.1f} = "
                   f"{a / b:.3f}× the builtin's speed")
     os.close(fd)
-
-
-async def w7_readline(count: int) -> None:
-    paths = sorted(DATA_DIR.glob("w7-lines-*.txt"))
-    if not paths:
-        raise SystemExit("no W7 file: run `python -m bench --workloads W7` first")
-    path = paths[0]
-    for mode in ("rb", "r"):
-        enc = None if "b" in mode else "utf-8"
-        times: dict[str, list[float]] = {k: [] for k in ("open", "readline", "async for")}
-        for _ in range(5):
-            for name, runs in times.items():
-                t0 = time.perf_counter()
-                if name == "open":
-                    with open(path, mode, encoding=enc) as f:  # noqa: ASYNC230 - reference
-                        for _ in range(count):
-                            f.readline()
-                else:
-                    async with aionative.open(path, mode, encoding=enc) as af:
-                        await take_lines(af, name, count)
-                runs.append((time.perf_counter() - t0) / count * 1e6)
-        med = {k: sorted(v)[2] for k, v in times.items()}
-        print(f"{mode}: µs a line: open {med['open']:.2f}, aionative.open readline() "
-              f"{med['readline']:.2f} = {med['open'] / med['readline']:.3f}×, async for "
-              f"{med['async for']:.2f} = {med['open'] / med['async for']:.3f}× the builtin's "
-              "speed")
 
 
 async def _run_tasks(work: Callable[[int, list[bool]], Awaitable[None]], n: int,
@@ -694,99 +460,6 @@ async def w5_direct(ns: list[int], seconds: float) -> None:
             await _w2_cell(W5_DIRECT_SIZE >> 12, n, seconds, f.pwrite, "write")
 
 
-def _thread_cpu() -> tuple[float, float]:
-    """CPU seconds of this thread and of the process's other threads (``/proc`` ticks)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    me, rest = threading.get_native_id(), 0.0
-    mine = 0.0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # the thread exited
-            continue
-        t = (int(fields[11]) + int(fields[12])) / tick
-        if int(tid) == me:
-            mine = t
-        else:
-            rest += t
-    return mine, rest
-
-
-async def _w5_cell(fd: int, offs: list[int], n: int, seconds: float) -> tuple[float, str]:
-    done = [0]
-    marks: list[int] = []
-    payload = random.Random(5).randbytes(4096)
-
-    async def writer(k: int, stop: list[bool]) -> None:
-        i = k * 997
-        while not stop[0]:
-            await aionative.pwrite(fd, payload, offs[i % len(offs)])
-            i += 1
-            done[0] += 1
-
-    def cpu_and_count() -> tuple[float, float]:
-        marks.append(done[0])
-        return _thread_cpu()
-
-    dt, c0, c1, s0, s1 = await _run_tasks(writer, n, 0.2, seconds, cpu_and_count)
-    ops = marks[1] - marks[0]
-    keys = ("syscalls", "wakeups", "inline_writes")
-    per = "  ".join(f"{k} {(s1[k] - s0[k]) / ops:.3f}" for k in keys if k in s1)
-    return ops / dt, (f"CPU µs a write: loop {(c1[0] - c0[0]) * 1e6 / ops:.1f} + other "
-                      f"threads {(c1[1] - c0[1]) * 1e6 / ops:.1f}; a write: {per}")
-
-
-def _w5_sync(fd: int, offs: list[int], seconds: float) -> float:
-    payload = random.Random(5).randbytes(4096)
-    pwrite, count, t0 = os.pwrite, 0, time.perf_counter()
-    end = t0 + seconds
-    while True:  # through the offsets in slices, as the tasks go through them
-        for i in range(0, len(offs), 2000):
-            for off in offs[i:i + 2000]:
-                pwrite(fd, payload, off)
-            count += 2000
-            if time.perf_counter() >= end:
-                return count / (time.perf_counter() - t0)
-
-
-def _w5_path(stack: contextlib.ExitStack, tmpfs: bool) -> str:
-    """W5's cached file, or (``tmpfs``) a written 256 MiB file under /dev/shm, warmed."""
-    if tmpfs:
-        tmp = stack.enter_context(tempfile.NamedTemporaryFile(dir="/dev/shm",  # noqa: SIM115
-                                                              prefix="aionative-w5-"))
-        for _ in range(16):  # written, as W5-tmpfs's file: no page left to allocate
-            tmp.write(os.urandom(1 << 24))
-        tmp.flush()
-        return tmp.name
-    paths = sorted(DATA_DIR.glob("w5-write-*.bin"))
-    if not paths:
-        raise SystemExit("no W5 file: run `python -m bench --workloads W5` first")
-    with open(paths[0], "rb") as f:
-        while f.read(1 << 24):
-            pass
-    return str(paths[0])
-
-
-async def w5_write(ns: list[int], seconds: float, tmpfs: bool) -> None:
-    with contextlib.ExitStack() as stack:
-        fd = os.open(_w5_path(stack, tmpfs), os.O_RDWR)
-        stack.callback(os.close, fd)
-        rnd = random.Random(7)
-        offs = [rnd.randrange(os.fstat(fd).st_size >> 12) << 12 for _ in range(1 << 16)]
-        for n in ns:
-            runs = []
-            for _ in range(3):
-                os.fdatasync(fd)
-                sync = _w5_sync(fd, offs, seconds)
-                os.fdatasync(fd)
-                ours, how = await _w5_cell(fd, offs, n, seconds)
-                runs.append((ours / sync, ours, sync, how))
-            ratio, ours, sync, how = sorted(runs)[1]
-            print(f"N={n}: {ours / 1e3:.1f}k writes/s = {ratio:.2f}× os.pwrite's "
-                  f"{sync / 1e3:.1f}k; {how}")
-
-
 async def log_lines(count: int) -> None:
     import aiofiles
 
@@ -829,55 +502,17 @@ async def log_lines(count: int) -> None:
                       f"a line {how}")
 
 
-async def _cold_reader(fd: int, offs: Iterator[int]) -> None:
-    for off in offs:
-        await aionative.pread(fd, 4096, off)
-
-
-async def cold_rand(n: int, reads: int = 4000) -> None:
-    """Cold random 4 KiB reads of W1's file by ``n`` tasks, ``reads`` a pass, three passes
-    (pages dropped and readahead off before each): reads/s and CPU µs a read, medians."""
-    paths = sorted(DATA_DIR.glob("w1-hot-*.bin"))
-    if not paths:
-        raise SystemExit("no W1 file: run `python -m bench --workloads W1` first")
-    fd = os.open(paths[0], os.O_RDONLY)
-    blocks = os.fstat(fd).st_size // 4096
-    rates, cpus, detours = [], [], []
-    try:
-        for seed in range(3):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-            rng = random.Random(seed)
-            offs = iter([rng.randrange(blocks) * 4096 for _ in range(reads)])
-
-            before = aionative.engine_stats()["direct_reissues"]
-            t0, c0 = time.perf_counter(), _cpu()
-            await asyncio.gather(*(_cold_reader(fd, offs) for _ in range(n)))
-            t1, c1 = time.perf_counter(), _cpu()
-            rates.append(reads / (t1 - t0))
-            cpus.append((c1 - c0) / reads * 1e6)
-            detours.append(aionative.engine_stats()["direct_reissues"] - before)
-    finally:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-    print(f"{aionative.get_engine().backend}, {n} tasks: {sorted(rates)[1]:.0f} reads/s, "
-          f"{sorted(cpus)[1]:.1f} CPU µs a read, {sorted(detours)[1]} of {reads} on the "
-          f"O_DIRECT detour (medians of 3)")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.inproc", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["gather-reads", "w4-loop", "w4-steps", "w1-inline",
-                                     "w6-turns", "w2-direct", "w3-seq", "w3-lag", "w5-write",
-                                     "log-lines", "cold-whole", "w3-file", "w7-readline",
-                                     "cold-rand", "large-small", "w5-direct"])
+    ap.add_argument("what", choices=["w1-inline", "w6-turns", "w3-seq", "large-small",
+                                     "w4-loop", "log-lines", "w3-file", "w2-direct",
+                                     "w5-direct"])
     ap.add_argument("--backend", default=None, help="io_uring, linux_aio or threads")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--n", type=int, nargs="+", default=None)
-    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--budget-us", type=float, default=None)
-    ap.add_argument("--tmpfs", action="store_true", help="w5-write: a file under /dev/shm")
     ap.add_argument("--no-gc", action="store_true", help="run with the cyclic collector off")
     ap.add_argument("--cold", action="store_true", help="w3-file: drop the file's pages first")
     ap.add_argument("--file", action="store_true",
@@ -900,42 +535,31 @@ def main() -> None:
         binary._DIRECT_READ_MIN = args.direct_min
     if args.backend:
         aionative.set_default_backend(args.backend)
-    if args.budget_us is not None:  # every measurement's engine (w4-steps sets its own)
+    if args.budget_us is not None:  # every measurement's engine
         aionative.set_inline_budget(args.budget_us)
-    if args.what == "gather-reads":
-        coro = gather_reads(args.n or [1000, 10000])
-    elif args.what == "w4-loop":
-        coro = w4_loop(args.seconds, (args.n or [1])[0])
-    elif args.what == "w4-steps":
-        coro = w4_steps()
-    elif args.what == "w6-turns":
-        coro = w6_turns((args.n or [64])[0])
-    elif args.what == "w3-seq":
-        coro = w3_seq()
-    elif args.what == "large-small":
-        coro = large_small(args.seconds if args.seconds != 6.0 else 0.7)
-    elif args.what == "w3-lag":
-        coro = w3_lag(args.seconds if args.seconds != 6.0 else 2.0)
-    elif args.what == "w2-direct":
-        coro = w2_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0,
-                         args.file)
-    elif args.what == "w5-direct":
-        coro = w5_direct(args.n or [1, 16, 64], args.seconds if args.seconds != 6.0 else 2.0)
-    elif args.what == "log-lines":
-        coro = log_lines((args.n or [20000])[0])
-    elif args.what == "w3-file":
-        coro = w3_file(args.n or [1024], args.cold)
-    elif args.what == "w7-readline":
-        coro = w7_readline((args.n or [20000])[0])
-    elif args.what == "cold-rand":
-        coro = cold_rand((args.n or [16])[0])
-    elif args.what == "cold-whole":
-        coro = cold_whole(args.n or [4, 16])
-    elif args.what == "w5-write":
-        coro = w5_write(args.n or [1, 64], args.seconds if args.seconds != 6.0 else 2.0,
-                        args.tmpfs)
-    else:
+
+    def seconds(default: float) -> float:
+        return default if args.seconds is None else args.seconds
+
+    what = args.what
+    if what == "w1-inline":
         coro = w1_inline((args.n or [64])[0], args.sync)
+    elif what == "w6-turns":
+        coro = w6_turns((args.n or [64])[0])
+    elif what == "w3-seq":
+        coro = w3_seq()
+    elif what == "large-small":
+        coro = large_small(seconds(0.7))
+    elif what == "w4-loop":
+        coro = w4_loop(seconds(6.0), (args.n or [1])[0])
+    elif what == "log-lines":
+        coro = log_lines((args.n or [20000])[0])
+    elif what == "w3-file":
+        coro = w3_file(args.n or [1024], args.cold)
+    elif what == "w2-direct":
+        coro = w2_direct(args.n or [1, 16, 64], seconds(2.0), args.file)
+    else:
+        coro = w5_direct(args.n or [1, 16, 64], seconds(2.0))
     if args.loop == "uvloop":
         import uvloop
         uvloop.run(coro)
