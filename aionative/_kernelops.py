@@ -89,8 +89,7 @@ def _native(name: str, eng: Any = None) -> Engine | None:
 class _Deferred:
     """Inline calls a spent budget refused, oldest first, for one engine. One callback per loop
     turn runs them while the renewed budget lasts; each caller waits on its own future. (Each
-    caller retrying on every turn instead cost O(waiting callers) per turn: at 24 concurrent
-    opens, ten attempts per open.)"""
+    caller retrying on every turn instead would cost O(waiting callers) attempts per turn.)"""
 
     __slots__ = ("engine", "queue", "queued")
 

@@ -140,11 +140,10 @@ def _pwrite(fd: int, data: memoryview, offset: int) -> int:
 _NOWAIT: int | None = getattr(os, "RWF_NOWAIT", None)  # Linux 4.14+; None elsewhere
 _O_DIRECT: int = getattr(os, "O_DIRECT", 0)
 # Lower than the native engines' 150 µs: each read the spent budget refuses here costs a Python
-# future, a queue entry and a task step, work outside the budget in the same iteration (at
-# 150 µs, iterations of 0.18 ms at the median beside 64 hot readers, the native engines' 0.15:
-# `python -m bench.inproc w6-turns --backend threads`). At 150 µs W6's 1 ms ticker missed its
-# 1 ms p99 on asyncio; at 100 µs, with no fewer reads done, it meets it
-# (`python -m bench --workloads W6`).
+# future, a queue entry and a task step, work outside the budget in the same iteration, so its
+# loop iterations run longer than the native engines' for the same budget
+# (`python -m bench.inproc w6-turns --backend threads`). 100 µs keeps W6's 1 ms ticker within
+# its 1 ms p99 on asyncio with no fewer reads done (`python -m bench --workloads W6`).
 DEFAULT_BUDGET_US = 100.0
 INLINE_MAX = 1 << 20  # larger reads go to a worker (one copy stays well within a budget)
 #: Every engine's: from this size on, a read the spent budget refused waits a turn of the loop

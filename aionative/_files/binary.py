@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 #: From this size on, ``read(n)`` / ``readinto(b)`` of a read-only regular file whose buffers
 #: hold nothing at the position is one ``aionative.pread`` / ``preadinto`` (see
 #: _BinaryBase._read_direct): the kernel copies into the result, where the window would copy
-#: the data twice more (into the window, then out). 64 KiB reads: 1.6× faster so from a
-#: cached file, and no slower from a cold one (``python -m bench.inproc w3-file``).
+#: the data twice more (into the window, then out): faster from a cached file, no slower from
+#: a cold one (``python -m bench.inproc w3-file`` compares the two).
 _DIRECT_READ_MIN = 64 * 1024
 
 

@@ -771,12 +771,11 @@ async def test_threads_backend_large_readers_do_not_starve_the_queue(tmp_path: P
     """Large reads retried after their turn go first while nothing waits in the queue of
     refused reads, and join it once something does, and the queue is drained first come,
     first served: two tasks streaming 1 MiB reads let a task of 4 KiB reads do about as many
-    reads as they do (``python -m bench.inproc large-small --backend threads``). Before:
-    when every large read's retry went ahead, admitted within the grace, the queue never
-    moved (one small read in 0.7 s); when the drain took a read from the queue's head after
-    one that had spent the budget, it was refused and queued again at the end, behind the
-    large ones, each time (here, with a budget whose grace a 1 MiB copy always outlasts: 3-4
-    small reads against 744-1054 large; after, about as many of each)."""
+    reads as they do (``python -m bench.inproc large-small --backend threads``). Two ways to
+    starve it: every large read's retry going ahead (admitted within the grace) never lets the
+    queue move; a drain that takes a read from the queue's head after one that spent the
+    budget refuses it and queues it again at the end, behind the large ones, each time (here
+    with a budget whose grace a 1 MiB copy always outlasts)."""
     aionative.set_default_backend("threads")
     aionative.set_inline_budget(20)  # a 1 MiB copy outlasts the grace (4 budgets) every time
     fd, data = hot_file(tmp_path / "f", 2 << 20)
