@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._awaiting import await_op, await_owned, finished_anyway
+from ._awaiting import await_op, await_owned, finished_anyway, settle_cancelled
 from ._engine import get_engine
 from ._threads import ThreadsEngine
 from ._threads import one_turn as one_turn  # re-exported: _files and after_a_turn turn with it
@@ -151,8 +151,11 @@ async def refused_queue(eng: Any, method: str, *args: Any) -> Any:
             res = fut.result()
             if type(res) is int and method in _GIVES_FD:
                 os.close(res)
-            elif isinstance(res, asyncio.Future):  # queued for it: nobody will await it
-                eng.cancel(res)
+            elif isinstance(res, asyncio.Future):
+                # Queued for it (a write from the caller's buffer): nobody will await it, and
+                # the caller's cancellation goes on once the kernel is done with the buffer,
+                # as await_op's does.
+                await settle_cancelled(eng, res)
         raise
 
 
