@@ -1,8 +1,9 @@
 """Awaiting engine operations, so that a cancelled caller's ``CancelledError`` goes on only once
 the kernel (or the threads backend's worker) is done with the caller's memory. A cancelled
-await of an engine operation ends here, in one of two ways (the file layer's writes, which a
-cancelled call leaves to finish and the next call reports, are the one exception:
-``_files/writes.py``):
+await of an engine operation ends here, in one of two ways. The exceptions: the file layer's
+writes, which a cancelled call leaves to finish and the next call reports
+(``_files/writes.py``), and the threads engine's ``pread``, :func:`await_owned` inlined for
+speed (``_lowlevel.pread_python``).
 
 - :func:`await_op`: the operation reads or fills memory of the caller's (a buffer read into, a
   write from the caller's object, a path or descriptor number it names): cancelled, the
