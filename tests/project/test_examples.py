@@ -110,9 +110,11 @@ class _Lines:
 def test_tail_log_follows_a_growing_file(tmp_path: Path) -> None:
     log = tmp_path / "app.log"
     log.write_bytes(b"".join(b"line %d\n" % i for i in range(1, 2001)) + b"half")
+    # (PYTHONFAULTHANDLER: a follower that Ctrl-C did not end prints every thread's stack on
+    # SIGABRT, and the failure shows where it was.)
     with subprocess.Popen([sys.executable, str(EXAMPLES / "tail_log.py"), "-n", "3", str(log)],
-                          env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-                          ) as proc:
+                          env=child_env(PYTHONFAULTHANDLER="1"), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as proc:
         try:
             _follow(proc, log, tmp_path)
         finally:
@@ -136,7 +138,15 @@ def _follow(proc: subprocess.Popen[bytes], log: Path, tmp_path: Path) -> None:
     log.write_bytes(b"t\n")
     assert out.next() == b"t\n"
     proc.send_signal(signal.SIGINT)  # Ctrl-C
-    assert proc.wait(timeout=15) == 0
+    try:
+        returncode = proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        proc.wait(timeout=15)
+        assert proc.stderr is not None
+        pytest.fail("Ctrl-C did not end the follower in 15 s; its threads, on SIGABRT:\n"
+                    + proc.stderr.read().decode(errors="replace"), pytrace=False)
+    assert returncode == 0
     assert proc.stderr is not None
     assert b"Traceback" not in proc.stderr.read()
 
