@@ -107,12 +107,21 @@ class _Lines:
         return False
 
 
+# SIGINT's default action and no mask, then the script (exec keeps both; a child of a process
+# that ignores or blocks SIGINT would otherwise inherit that).
+_AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                       "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
 def test_tail_log_follows_a_growing_file(tmp_path: Path) -> None:
     log = tmp_path / "app.log"
     log.write_bytes(b"".join(b"line %d\n" % i for i in range(1, 2001)) + b"half")
     # (PYTHONFAULTHANDLER: a follower that Ctrl-C did not end prints every thread's stack on
-    # SIGABRT, and the failure shows where it was.)
-    with subprocess.Popen([sys.executable, str(EXAMPLES / "tail_log.py"), "-n", "3", str(log)],
+    # SIGABRT, and the failure shows where it was. The follower starts as from a terminal:
+    # SIGINT neither ignored nor blocked, whatever this process's own state is.)
+    with subprocess.Popen([sys.executable, "-c", _AS_FROM_A_TERMINAL,
+                           str(EXAMPLES / "tail_log.py"), "-n", "3", str(log)],
                           env=child_env(PYTHONFAULTHANDLER="1"), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as proc:
         try:
@@ -141,10 +150,13 @@ def _follow(proc: subprocess.Popen[bytes], log: Path, tmp_path: Path) -> None:
     try:
         returncode = proc.wait(timeout=15)
     except subprocess.TimeoutExpired:
+        signals = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                   if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))]
         proc.send_signal(signal.SIGABRT)
         proc.wait(timeout=15)
         assert proc.stderr is not None
-        pytest.fail("Ctrl-C did not end the follower in 15 s; its threads, on SIGABRT:\n"
+        pytest.fail("Ctrl-C did not end the follower in 15 s; its signal masks: "
+                    + "; ".join(signals) + "; its threads, on SIGABRT:\n"
                     + proc.stderr.read().decode(errors="replace"), pytrace=False)
     assert returncode == 0
     assert proc.stderr is not None
