@@ -155,8 +155,10 @@ def _follow(proc: subprocess.Popen[bytes], log: Path, tmp_path: Path) -> None:
         proc.send_signal(signal.SIGABRT)
         proc.wait(timeout=15)
         assert proc.stderr is not None
+        here = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
         pytest.fail("Ctrl-C did not end the follower in 15 s; its signal masks: "
-                    + "; ".join(signals) + "; its threads, on SIGABRT:\n"
+                    + "; ".join(signals) + f" (this process: SIGINT handler, blocked: {here})"
+                    + "; its threads, on SIGABRT:\n"
                     + proc.stderr.read().decode(errors="replace"), pytrace=False)
     assert returncode == 0
     assert proc.stderr is not None
