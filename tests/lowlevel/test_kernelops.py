@@ -201,8 +201,7 @@ async def test_cancelled_closes_still_close(tmp_path: Path) -> None:
 
 async def test_a_cancelled_open_relative_to_a_directory_ends_once_the_kernel_is_done(
         tmp_path: Path) -> None:
-    """(The engine's open as the package's own code calls it, ``_kernelops.open_fd``.) The
-    kernel resolves ``dir_fd`` by its number when the open runs: a caller whose open
+    """The kernel resolves ``dir_fd`` by its number when the open runs: a caller whose open
     was cancelled may close that directory at once, and the number be reused. So a cancelled
     open ends only once the kernel is done with it (created files are opened in io_uring's
     workers, where the cancellation may find them running)."""
