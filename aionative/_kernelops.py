@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._awaiting import await_op, finished_anyway, settle_cancelled
+from ._awaiting import await_op, await_owned, finished_anyway, settle_cancelled
 from ._engine import get_engine
 from ._threads import ThreadsEngine
 from ._threads import one_turn as one_turn  # re-exported: _files and after_a_turn turn with it
@@ -222,11 +222,7 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
     fut = eng.openat(_dirfd(dir_fd), os.fsencode(path), flags | os.O_CLOEXEC,
                      mode, os.fspath(path))
     try:
-        # Cancelled, it ends once the kernel is done with the open, as the other path
-        # operations do: the kernel resolves dir_fd by its number when the open runs, and a
-        # caller that closed it meanwhile (its number reused) would have the open, O_CREAT
-        # and all, done in another directory.
-        return await await_op(eng, fut, on_cancel=_close_result)
+        return await await_owned(eng, fut, on_cancel=_close_result)
     except OSError as exc:
         if exc.errno != errno.ENXIO:
             raise

@@ -197,27 +197,3 @@ async def test_cancelled_closes_still_close(tmp_path: Path) -> None:
         await asyncio.sleep(0.005)
     await asyncio.sleep(0.05)  # executor-side closes (non-io_uring) may still be returning
     assert len(os.listdir("/proc/self/fd")) <= before
-
-
-async def test_a_cancelled_open_relative_to_a_directory_ends_once_the_kernel_is_done(
-        tmp_path: Path) -> None:
-    """The kernel resolves ``dir_fd`` by its number when the open runs: a caller whose open
-    was cancelled may close that directory at once, and the number be reused. So a cancelled
-    open ends only once the kernel is done with it (created files are opened in io_uring's
-    workers, where the cancellation may find them running)."""
-    eng = aionative.get_engine()
-    if not getattr(eng, "supports", lambda name: False)("openat"):
-        pytest.skip("opens run in the executor on this backend")
-    d = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for i in range(200):
-            task = asyncio.ensure_future(
-                k.open_fd(f"n{i}", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, dir_fd=d))
-            await asyncio.sleep(0)  # submitted
-            task.cancel()
-            try:
-                os.close(await task)
-            except asyncio.CancelledError:
-                assert aionative.engine_stats()["in_flight"] == 0
-    finally:
-        os.close(d)
