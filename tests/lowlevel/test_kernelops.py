@@ -171,29 +171,3 @@ async def test_cancelled_opens_leak_no_descriptor(tmp_path: Path) -> None:
         await asyncio.sleep(0.005)
     await asyncio.sleep(0.05)  # executor-side opens (non-io_uring) may still be returning
     assert len(os.listdir("/proc/self/fd")) <= before
-
-
-async def test_cancelled_closes_still_close(tmp_path: Path) -> None:
-    """A close whose caller is cancelled runs all the same, as ``os.close`` leaves no
-    descriptor open whatever happens (and a file object counts its descriptor closed): on
-    io_uring a large file's close waits for an io-wq worker, and is not cancelled there; in
-    the executor, a close no worker has taken yet runs anyway."""
-    big, small = tmp_path / "big", tmp_path / "small"
-    big.write_bytes(bytes(1 << 20))
-    small.write_bytes(b"x")
-    aionative.get_engine()
-    before = len(os.listdir("/proc/self/fd"))
-    for turns in range(30):
-        fds = [os.open(big if i % 2 else small, os.O_WRONLY) for i in range(50)]
-        tasks = [asyncio.ensure_future(k.close_fd(fd)) for fd in fds]
-        for _ in range(1 + turns % 3):  # cancelled one to three turns after they were asked
-            await asyncio.sleep(0)
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    for _ in range(200):
-        if aionative.engine_stats()["in_flight"] == 0:
-            break
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.05)  # executor-side closes (non-io_uring) may still be returning
-    assert len(os.listdir("/proc/self/fd")) <= before
