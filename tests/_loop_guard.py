@@ -342,6 +342,12 @@ def measures_itself(item: pytest.Item) -> bool:
     return item.get_closest_marker(_MEASURES) is not None
 
 
+def responsiveness_guarded(item: pytest.Item) -> bool:
+    """Whether the responsiveness guard measures ``item``: on, and the test neither exempt nor
+    measuring the loop itself."""
+    return ENABLED and not is_exempt(item) and not measures_itself(item)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", (f"{_MARKER}(reason): the test's own body holds the event loop on purpose; "
@@ -357,8 +363,8 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     test's loop, so the guard wraps it (inside the one ``run_until_complete``: no work of
     pytest's between the ticks)."""
     fn = getattr(item, "obj", None)
-    if (not ENABLED or not isinstance(item, pytest.Function) or is_exempt(item)
-            or measures_itself(item) or item.get_closest_marker("asyncio") is None
+    if (not isinstance(item, pytest.Function) or not responsiveness_guarded(item)
+            or item.get_closest_marker("asyncio") is None
             or not inspect.iscoroutinefunction(fn)):
         return (yield)
     item.obj = _guarded(fn, "the test", item)

@@ -136,8 +136,7 @@ def loop(request: pytest.FixtureRequest) -> Iterator[asyncio.AbstractEventLoop]:
     tests: one loop for all of a test's examples); async generators shut down, then closed.
     Each coroutine its ``run_until_complete`` runs is under the loop guard."""
     lp = LOOP_FACTORIES[request.param]()
-    if (_loop_guard.ENABLED and not _loop_guard.is_exempt(request.node)
-            and not _loop_guard.measures_itself(request.node)):
+    if _loop_guard.responsiveness_guarded(request.node):
         guard_loop(lp, "the coroutine run_until_complete ran", request.node)
     yield lp
     lp.run_until_complete(lp.shutdown_asyncgens())
