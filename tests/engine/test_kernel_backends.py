@@ -39,11 +39,21 @@ def _tasks() -> dict[int, str]:
     return out
 
 
-async def test_no_user_thread_during_10k_reads_and_writes(
-        native_backend: str, tmp_path: Path, record_property: pytest.RecordProperty) -> None:
-    src = tmp_path / "src"
+@pytest.fixture
+def four_mib(tmp_path: Path) -> tuple[Path, bytes]:
+    """A file of 4 MiB of random bytes, and its contents. Made by a synchronous fixture, off
+    the test's loop: drawing 4 MiB from the kernel's generator takes 10-20 ms of the thread's
+    time, which inside the test would join the first await's work in one gap of the loop guard."""
     data = os.urandom(4 << 20)
+    src = tmp_path / "src"
     src.write_bytes(data)
+    return src, data
+
+
+async def test_no_user_thread_during_10k_reads_and_writes(
+        native_backend: str, tmp_path: Path, four_mib: tuple[Path, bytes],
+        record_property: pytest.RecordProperty) -> None:
+    src, data = four_mib
     rfd = os.open(src, os.O_RDONLY)
     wfd = os.open(tmp_path / "dst", os.O_RDWR | os.O_CREAT)
     threads_before = {t.ident for t in threading.enumerate()}
