@@ -107,12 +107,23 @@ class _Lines:
         return False
 
 
+# The follower starts as from a terminal: SIGINT at its default action and not blocked, then
+# the script (exec keeps both). A child inherits an ignored SIGINT: a shell without job control
+# starts its background commands (`make test &` in a script) with SIGINT and SIGQUIT ignored,
+# Python then installs no KeyboardInterrupt handler, asyncio.run none of its own, and Ctrl-C
+# never reaches the follower, which polls on.
+_AS_FROM_A_TERMINAL = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                       "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+                       "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
 def test_tail_log_follows_a_growing_file(tmp_path: Path) -> None:
     log = tmp_path / "app.log"
     log.write_bytes(b"".join(b"line %d\n" % i for i in range(1, 2001)) + b"half")
     # (PYTHONFAULTHANDLER: a follower that Ctrl-C did not end prints every thread's stack on
     # SIGABRT, and the failure shows where it was.)
-    with subprocess.Popen([sys.executable, str(EXAMPLES / "tail_log.py"), "-n", "3", str(log)],
+    with subprocess.Popen([sys.executable, "-c", _AS_FROM_A_TERMINAL,
+                           str(EXAMPLES / "tail_log.py"), "-n", "3", str(log)],
                           env=child_env(PYTHONFAULTHANDLER="1"), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE) as proc:
         try:
