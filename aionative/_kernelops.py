@@ -15,10 +15,10 @@ import functools
 import os
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._awaiting import await_op
+from ._awaiting import await_op, await_owned, finished_anyway, settle_cancelled
 from ._engine import get_engine
 from ._threads import ThreadsEngine
 from ._threads import one_turn as one_turn  # re-exported: _files and after_a_turn turn with it
@@ -42,19 +42,10 @@ async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
 
 
-async def _run_open(eng: Engine | None, fut: asyncio.Future[int]) -> int:
-    """Await an open; a descriptor that arrives for a cancelled caller is closed, not leaked
-    (aiofiles leaks it: a thread's os.open cannot be stopped)."""
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        if eng is not None:
-            eng.cancel(fut)  # the engine closes what the kernel opens after this
-        fut.add_done_callback(_close_result)
-        raise
-
-
 def _close_result(fut: asyncio.Future[int]) -> None:
+    """An open's ``on_cancel``: a descriptor that arrives for a cancelled caller is closed, not
+    leaked (aiofiles leaks it: a thread's os.open cannot be stopped). (What the kernel opens
+    after the engine cancelled the open, the engine closes itself.)"""
     if not fut.cancelled() and fut.exception() is None:
         os.close(fut.result())
 
@@ -62,18 +53,6 @@ def _close_result(fut: asyncio.Future[int]) -> None:
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()  # retrieved: its caller was cancelled and reports that
-
-
-async def finished_anyway(aw: Awaitable[T], on_cancel: Callable[[asyncio.Future[T]], Any]
-                          ) -> T:
-    """Await ``aw``; cancelled meanwhile, it goes on, and ``on_cancel`` gets its future when it
-    ends (a worker's close or open, or the kernel's open, cannot be called back)."""
-    fut = asyncio.ensure_future(aw)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        fut.add_done_callback(on_cancel)
-        raise
 
 
 def _native(name: str, eng: Any = None) -> Engine | None:
@@ -171,8 +150,11 @@ async def refused_queue(eng: Any, method: str, *args: Any) -> Any:
             res = fut.result()
             if type(res) is int and method in _GIVES_FD:
                 os.close(res)
-            elif isinstance(res, asyncio.Future):  # queued for it: nobody will await it
-                eng.cancel(res)
+            elif isinstance(res, asyncio.Future):
+                # Queued for it (a write from the caller's buffer): nobody will await it, and
+                # the caller's cancellation goes on once the kernel is done with the buffer,
+                # as await_op's does.
+                await settle_cancelled(eng, res)
         raise
 
 
@@ -235,20 +217,26 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
     eng = _native("openat", cur)
     if eng is None:
         loop = asyncio.get_running_loop()
-        return await _run_open(None, loop.run_in_executor(
-            None, functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)))
+        return await finished_anyway(loop.run_in_executor(
+            None, functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)), _close_result)
     fut = eng.openat(_dirfd(dir_fd), os.fsencode(path), flags | os.O_CLOEXEC,
                      mode, os.fspath(path))
     try:
-        return await _run_open(eng, fut)
+        if dir_fd is None:
+            return await await_owned(eng, fut, on_cancel=_close_result)
+        # Relative to a directory descriptor, a cancelled open ends once the kernel is done
+        # with it, as the other path operations do: the kernel resolves dir_fd by its number
+        # when the open runs, and a caller that closed it meanwhile (its number reused) would
+        # have the open, O_CREAT and all, done in another directory.
+        return await await_op(eng, fut, on_cancel=_close_result)
     except OSError as exc:
         if exc.errno != errno.ENXIO:
             raise
     # io_uring tries an open with O_NONBLOCK first, so a FIFO opened for writing with no
     # reader fails with ENXIO where open(2) waits for one: wait in a worker, as open(2) does.
     loop = asyncio.get_running_loop()
-    return await _run_open(None, loop.run_in_executor(
-        None, functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)))
+    return await finished_anyway(loop.run_in_executor(
+        None, functools.partial(os.open, path, flags, mode, dir_fd=dir_fd)), _close_result)
 
 
 def opens_nonblocking() -> bool:

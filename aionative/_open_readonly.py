@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _kernelops as _k
+from ._awaiting import await_owned, finished_anyway
 from ._engine import EngineLike
 from ._threads import ThreadsEngine
 
@@ -89,12 +90,8 @@ async def _in_worker(fn: Callable[..., tuple[int, os.stat_result]], *args: Any
                      ) -> tuple[int, os.stat_result]:
     """Run a blocking open in the loop's executor; a descriptor that arrives for a cancelled
     caller is closed, not leaked."""
-    fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        fut.add_done_callback(_close_result)
-        raise
+    return await finished_anyway(asyncio.get_running_loop().run_in_executor(None, fn, *args),
+                                 _close_result)
 
 
 async def _openat(eng: EngineLike, path: str, flags: int, encoded: bytes | None = None) -> int:
@@ -102,7 +99,7 @@ async def _openat(eng: EngineLike, path: str, flags: int, encoded: bytes | None 
     an ENXIO in a worker, which is for FIFOs opened for writing)."""
     fut = eng.openat(_k.AT_FDCWD,  # type: ignore[union-attr]
                      os.fsencode(path) if encoded is None else encoded, flags, 0, path)
-    return await _k._run_open(eng, fut)  # type: ignore[arg-type]
+    return await await_owned(eng, fut, on_cancel=_k._close_result)
 
 
 async def open_stat(eng: EngineLike, path: str, encoded: bytes | None = None

@@ -20,7 +20,7 @@ import stat
 from collections.abc import Callable
 
 from . import _kernelops as _k
-from ._awaiting import settle
+from ._awaiting import await_op, finished_anyway
 from ._engine import EngineLike
 from ._open_readonly import (
     NOT_OPENABLE,
@@ -127,14 +127,7 @@ async def _open_at(eng: EngineLike, dir_fd: int, name: bytes, flags: int, filena
     the kernel is done with the operation (which names ``dir_fd`` by number, and a number
     closed and reused meanwhile would be resolved instead); what it opens late is closed."""
     fut = eng.openat(dir_fd, name, flags | os.O_CLOEXEC, 0, filename)  # type: ignore[union-attr]
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        fut.add_done_callback(_k._close_result)
-        settled = eng.cancel_wait(fut)
-        if settled is not None:
-            await settle(settled)
-        raise
+    return await await_op(eng, fut, on_cancel=_k._close_result)
 
 
 async def _open_found(eng: EngineLike, path: str, name: bytes, dir_fd: int = _k.AT_FDCWD,
@@ -267,11 +260,7 @@ async def _in_worker_found(directory: str, path: str, follow_symlink: bool
                            ) -> tuple[str, int, os.stat_result] | None:
     fut = asyncio.get_running_loop().run_in_executor(None, _lookup_blocking, directory, path,
                                                      follow_symlink)
-    try:
-        return await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        fut.add_done_callback(_close_found)
-        raise
+    return await finished_anyway(fut, _close_found)
 
 
 def _close_found(fut: asyncio.Future[tuple[str, int, os.stat_result] | None]) -> None:

@@ -158,13 +158,22 @@ RETRY_GRACE = 4  # as csrc/inline.c's: a retry is admitted while the iteration i
 
 
 def _abandon(eng: Any, op: asyncio.Future[Any], fut: asyncio.Future[Any]) -> None:
-    """``fut``'s caller gave up: so does ``op``, the operation ``eng`` (the loop's new engine)
-    does for it (a task holds nothing; the engine keeps a buffer until its kernel is done)."""
-    if fut.cancelled() and not op.done():
-        if isinstance(op, asyncio.Task):
-            op.cancel()
-        else:
-            eng.cancel(op)
+    """``fut``'s caller gave up: so does ``op``, the operation ``eng`` (this engine, or the
+    loop's new one) does for it (see ``_give_up``)."""
+    if fut.cancelled():
+        _give_up(eng, op)
+
+
+def _give_up(eng: Any, op: asyncio.Future[Any]) -> None:
+    """Abandon ``op``: a task holds nothing; a threads engine's future is cancelled (queued,
+    it never runs; a worker's call runs on, and ``cancel_wait`` waits for it); a native
+    engine keeps the buffer until its kernel is done."""
+    if op.done():
+        return
+    if isinstance(op, asyncio.Task) or isinstance(eng, ThreadsEngine):
+        op.cancel()
+    else:
+        eng.cancel(op)
 
 
 def _release_if_cancelled(args: tuple[Any, ...], fut: Any) -> None:
@@ -236,6 +245,9 @@ class ThreadsEngine:
         self._deferred: deque[tuple[asyncio.Future[Any], str, tuple[Any, ...]]]
         self._deferred = deque()
         self._drain_queued = False
+        # A retried read queued again (the budget spent again, or the engine closed: on the
+        # loop's new engine), by the future its caller awaits: the engine and its operation.
+        self._relayed: dict[asyncio.Future[Any], tuple[Any, asyncio.Future[Any]]] = {}
         self._scratch = bytearray()  # where inline reads land first (_inline_bytes)
 
     @property
@@ -518,9 +530,8 @@ class ThreadsEngine:
                 res = getattr(eng, method)(*args[:3])
                 if asyncio.iscoroutine(res):  # a threads engine's large read, after its turn
                     res = asyncio.ensure_future(res)
-                if isinstance(res, asyncio.Future):
-                    fut.add_done_callback(functools.partial(_abandon, eng, res))
             else:
+                eng = self
                 res = getattr(self, method)(*args)
         except BaseException as exc:  # noqa: BLE001 - delivered to the awaiting task
             fut.set_exception(exc)
@@ -532,8 +543,15 @@ class ThreadsEngine:
         if work is not None:  # a cancelled caller waits for the worker (cancel_wait)
             self._work[fut] = work
             work.add_done_callback(lambda _: self._work.pop(fut, None))
+        else:
+            # Queued again, here or on the loop's new engine (or a task there): a caller that
+            # gives up gives up `res` too, and a cancelled one (cancel_wait) goes on only once
+            # `res` can no longer read into its buffer (a preadinto's).
+            self._relayed[fut] = (eng, res)
+            fut.add_done_callback(functools.partial(_abandon, eng, res))
 
         def relay(done: asyncio.Future[Any]) -> None:
+            self._relayed.pop(fut, None)
             if fut.done():  # its caller is gone: nobody will look at the outcome
                 if not done.cancelled():
                     done.exception()  # (retrieved: no "exception was never retrieved")
@@ -593,8 +611,18 @@ class ThreadsEngine:
 
     def cancel_wait(self, future: Awaitable[Any]) -> asyncio.Future[Any] | None:
         """While a worker still runs ``future``'s call (a cancelled asyncio future does not
-        stop it), a future done when it has returned; else None."""
+        stop it), a future done when it has returned; else None. A read queued again for it
+        (``_retry``) is given up, and waited for through the engine that has it."""
         self._stats["cancels"] += 1
+        relayed = self._relayed.pop(future, None)  # type: ignore[call-overload]
+        if relayed is not None:
+            eng, op = relayed
+            if isinstance(op, asyncio.Task):  # a large read's: into memory of its own
+                op.cancel()
+                return None
+            if isinstance(eng, ThreadsEngine):
+                op.cancel()  # still queued, it never runs
+            return eng.cancel_wait(op)  # type: ignore[no-any-return]
         work = self._work.get(future)  # type: ignore[call-overload]
         loop = self._loop_ref()
         if work is None or work.done() or loop is None:

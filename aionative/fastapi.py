@@ -32,7 +32,7 @@ from typing import Any, TypeAlias
 from fastapi import HTTPException, UploadFile
 
 from . import _kernelops as _k
-from ._awaiting import settle
+from ._awaiting import finished_anyway, settle
 from ._engine import EngineLike, close_engine, get_engine
 from ._files import AsyncBase
 from ._open import open_file
@@ -143,7 +143,7 @@ async def save_upload(upload: UploadFile, destination: StrPath, *, chunk_size: i
     # O_EXCL: a fresh file, never one (or a symlink) that someone put at that name. Cancelled,
     # the open (a worker's or the kernel's) goes on: what it creates is closed and removed when
     # it ends (removed now, the file could appear after).
-    out = await _k.finished_anyway(
+    out = await finished_anyway(
         _k.open_fd(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666),
         functools.partial(_discard_open, temporary))
     try:

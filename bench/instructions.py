@@ -23,7 +23,11 @@ cost to the loop is the call, the wake-up and the loop iterations between them),
 ``w1:LOOP:N`` (W1 at N readers: ``await aionative.pread(fd, 4096, off)`` of hot random
 offsets of W1's file by N tasks, the calls shared among them, against the synchronous loop's
 ``os.pread``s of the same offsets; its budget is 7.5 ms, the default 150 µs scaled as valgrind
-slows the run, so that callers park and take turns as they do at full speed).
+slows the run, so that callers park and take turns as they do at full speed),
+``write:MODE:N`` (a file's whole life, one at a time: ``open(path, MODE)`` of one of 64
+files that hold N bytes, one ``write`` of N bytes, ``close``: the small-file write path, its
+open and close through the kernel queue; ``wb`` truncates, ``r+b`` writes over; the files are
+in a temporary directory).
 Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the data in
 ``bench/.data``.
 """
@@ -38,6 +42,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 from bench.common import DATA_DIR, take_lines
@@ -60,6 +65,8 @@ async def _child(case: str, impl: str, calls: int) -> None:
     import aionative
 
     kind, arg = case.split(":", 1)
+    if kind == "write":
+        return await _write_child(arg, impl, WARMUP + calls)
     path, total = _path(case), WARMUP + calls
     if kind == "direct":
         depth = int(arg.partition(":")[2] or 1)
@@ -154,6 +161,29 @@ async def _child(case: str, impl: str, calls: int) -> None:
                 await af.read(n)
         else:
             await take_lines(af, kind, total)
+
+
+async def _write_child(arg: str, impl: str, total: int) -> None:
+    import aionative
+
+    mode, _, size = arg.partition(":")
+    data = bytes(range(256)) * (int(size) // 256) + bytes(int(size) % 256)
+    d = tempfile.mkdtemp(prefix="aionative-instructions-")
+    paths = [os.path.join(d, f"f{i}") for i in range(64)]
+    try:
+        for p in paths:
+            with open(p, "wb") as f:  # noqa: ASYNC230 - set-up, before the calls
+                f.write(data)
+        if impl == "builtin":
+            for i in range(total):
+                with open(paths[i & 63], mode) as f:  # noqa: ASYNC230 - the reference
+                    f.write(data)
+        else:
+            for i in range(total):
+                async with aionative.open(paths[i & 63], mode) as af:
+                    await af.write(data)
+    finally:
+        shutil.rmtree(d)
 
 
 def _instructions(case: str, impl: str, calls: int) -> int:

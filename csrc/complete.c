@@ -326,6 +326,16 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
     op->state = OPS_WAITING;  /* between pieces: owned by the engine, not the kernel */
     e->st.completed++;
     int f = fault_hit(FP_COMPLETION);
+    /* A close io-wq gave up before a worker ran it closed nothing (the engine never asks to
+     * cancel a close: engine_abandon): it is submitted again, even for a caller who gave up.
+     * (An injected -ECANCELED stands for a close that did run: not that one.) */
+    if (op->kind == OP_CLOSE && res == -ECANCELED && !f && op->retries < MAX_RETRIES &&
+        e->closed != 1) {
+        op->retries++;
+        e->st.retries++;
+        engine_enqueue(e, idx, 0);
+        return;
+    }
     if (f)
         res = f;
     else if (res > 1 && (op->kind <= OP_WRITE) && fault_hit(FP_SHORT))

@@ -114,7 +114,8 @@ typedef struct op {
     PyObject *keep;         /* owned; path operations: (path, path2, filename, filename2), the
                              * bytes the kernel reads, kept until the completion is reaped */
     int fd2;                /* path operations: the second directory descriptor */
-    int oflags;             /* path operations: open / at / rename / statx flags */
+    int oflags;             /* path operations: open / at / rename / statx flags; close: 1
+                             * when the release goes to an io-wq worker (close_may_take_long) */
     uint32_t mode;          /* openat / mkdirat mode, statx mask, fallocate mode */
     uint64_t len;           /* bytes requested in total */
     uint64_t done;          /* bytes transferred so far (openat: the new descriptor) */
@@ -172,6 +173,8 @@ typedef struct stats {
                                * itself (future_resolve_collect), not loop.call_soon */
     uint64_t async_writes;    /* writes of WRITE_ASYNC_MIN or more sent off the loop's thread
                                * (io_uring: IOSQE_ASYNC; Linux AIO: a writer thread) */
+    uint64_t async_closes;    /* io_uring closes sent to an io-wq worker (IOSQE_ASYNC): the
+                               * release of a file that may take long (close_may_take_long) */
 } stats_t;
 
 /* A parked caller: its read is done; it waits for a flush to hand it the result. */

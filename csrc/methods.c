@@ -14,8 +14,10 @@
 #include "uring.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <linux/stat.h>
 
 /* While callers wait parked (see engine_park), a run of inline reads — one task's, between
@@ -593,6 +595,29 @@ static PyObject *Engine_symlinkat(engine_t *e, PyObject *args)
     return engine_start(e, idx);
 }
 
+/* Whether the release of the file `fd` names may take long. io_uring closes inside the
+ * io_uring_enter that submits the close, and the last reference's release (fput's task work)
+ * runs before that call returns: on the loop's thread. A release can be long work: ext4 starts
+ * writing back all the dirty data of a file that was truncated and then written (auto_da_alloc:
+ * milliseconds for 64 MiB), the last close of an unlinked file frees its blocks, the inode's
+ * eviction drops its cached pages; a device's release may wait (a serial line's for its
+ * output to drain). What a regular file's release does is bounded by its size and blocks, so a
+ * file below WRITE_ASYNC_MIN of either closes inline as before (a hand-off to a worker costs
+ * it more than its release); any other closes in an io-wq worker, which runs the release
+ * itself. AT_STATX_DONT_SYNC: never a remote server's round trip (a remote file's close goes
+ * to a worker anyway: its filesystem has ->flush). A failed statx (EBADF) leaves the close
+ * inline, to report what close(2) says. */
+static int close_may_take_long(engine_t *e, int fd)
+{
+    struct statx sx;
+    e->st.syscalls++;
+    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
+              STATX_TYPE | STATX_SIZE | STATX_BLOCKS, &sx) < 0)
+        return 0;
+    return !S_ISREG(sx.stx_mode) || sx.stx_size >= WRITE_ASYNC_MIN ||
+           sx.stx_blocks >= WRITE_ASYNC_MIN / 512;
+}
+
 /* close(fd) -> Future[None] */
 static PyObject *Engine_close_fd(engine_t *e, PyObject *arg)
 {
@@ -604,6 +629,7 @@ static PyObject *Engine_close_fd(engine_t *e, PyObject *arg)
     if (!op)
         return NULL;
     op->fd = fd;
+    op->oflags = close_may_take_long(e, fd);
     return engine_start(e, idx);
 }
 

@@ -307,6 +307,11 @@ static void engine_abandon(engine_t *e, uint32_t idx)
         return;
     op->abandoned = 1;
     e->st.cancels++;
+    /* A close is never stopped: its caller counts the descriptor closed (os.close's promise,
+     * whatever happens), and one taken back, or cancelled in io-wq before a worker ran it,
+     * would leave it open. It runs; its result is dropped. */
+    if (op->kind == OP_CLOSE)
+        return;
     if (op->state == OPS_WAITING) {
         wait_remove(e, idx);
         op_finish(e, idx, ECANCELED);

@@ -182,7 +182,7 @@ int engine_supports(engine_t *e, int kind)
 }
 
 /* SQE fields of the path and descriptor operations. */
-static void prep_path_op(struct io_uring_sqe *sqe, op_t *op)
+static void prep_path_op(engine_t *e, struct io_uring_sqe *sqe, op_t *op)
 {
     sqe->opcode = (uint8_t)kind_opcode[op->kind];
     sqe->addr = (uint64_t)(uintptr_t)op->buf;
@@ -223,6 +223,10 @@ static void prep_path_op(struct io_uring_sqe *sqe, op_t *op)
         break;
     default:  /* OP_CLOSE */
         sqe->addr = 0;
+        if (op->oflags) {  /* the release in a worker, not on the loop's thread */
+            sqe->flags |= IOSQE_ASYNC;
+            e->st.async_closes++;
+        }
         break;
     }
 }
@@ -332,7 +336,7 @@ static int u_prep(engine_t *e, op_t *op, uint32_t idx)
         sqe->fsync_flags = op->kind == OP_FDATASYNC ? IORING_FSYNC_DATASYNC : 0;
         break;
     default:
-        prep_path_op(sqe, op);
+        prep_path_op(e, sqe, op);
         break;
     }
     e->st.submitted++;

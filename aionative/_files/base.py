@@ -3,7 +3,6 @@ machinery of the layers below it (core, direct, writes, reads)."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import io
 import os
@@ -14,6 +13,7 @@ from typing import Any
 
 from .. import _kernelops as _k
 from .._args import check_read_alloc, off_t, ssize_t
+from .._awaiting import await_owned
 from .._engine import get_engine
 from .._raw import STREAM, WritesFirst
 from .core import S
@@ -171,12 +171,7 @@ class AsyncBase(_Reads[S]):
         res = eng.read(raw._fd, size, offset)
         if isinstance(res, bytes):  # completed inline (page cache hit)
             return res
-        fut = res
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            eng.cancel(fut)
-            raise
+        return await await_owned(eng, res)  # (bytes of the engine's own)
 
     async def pwrite(self, data: Any, offset: int) -> int:
         """Write all of ``data`` at ``offset`` without moving the file position
@@ -230,12 +225,7 @@ class AsyncBase(_Reads[S]):
         if self._raw is None or self._route == "thread":
             return await self._in_executor(getattr(os, name), fd)
         eng = get_engine()
-        fut = getattr(eng, name)(fd)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            eng.cancel(fut)
-            raise
+        await await_owned(eng, getattr(eng, name)(fd))  # (no memory of the caller's)
 
     _text_layer = False  # TextIOWrapper: its tell() and seek() flush the buffer first
 

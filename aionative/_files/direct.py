@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from .. import _kernelops as _k
-from .._awaiting import settle_cancelled
+from .._awaiting import await_op, await_owned
 from .._direct import (
     ALIGN,
     align_up,
@@ -30,12 +30,8 @@ class _DirectIO(_Core[S]):
         """An O_DIRECT read: the engine reads the aligned range around it into aligned memory
         of its own and returns the part asked for."""
         eng = get_engine()
-        fut = eng.pread_direct(self._raw_fd(), size, offset)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            eng.cancel(fut)  # the kernel keeps the engine's memory until the read completes
-            raise
+        # Cancelled, the kernel keeps the engine's memory until the read completes.
+        return await await_owned(eng, eng.pread_direct(self._raw_fd(), size, offset))
 
     async def _direct_write(self, off: int, data: bytes) -> int | None:
         """An O_DIRECT write, under the lock of the blocks it writes (see ``_direct``'s locks):
@@ -101,12 +97,7 @@ class _DirectIO(_Core[S]):
         res = eng.readinto(self._raw_fd(), buf, offset)
         if isinstance(res, int):  # completed inline (never for O_DIRECT descriptors)
             return res
-        fut = res
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            await settle_cancelled(eng, fut)  # the read may land in `buf` until then
-            raise
+        return await await_op(eng, res)  # (cancelled: the read may land in `buf` until settled)
 
     def _raw_fd(self) -> int:
         assert self._raw is not None

@@ -4,13 +4,13 @@ without the lock, a fetch or a check."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable
 from operator import index
 from typing import Any
 
 from .. import _kernelops as _k
+from .._awaiting import await_owned
 from .._backend import _core
 from .._engine import get_engine
 from .._raw import STREAM
@@ -70,10 +70,7 @@ class _Reads(_Writes[S]):
                 return res
             fut = res
         try:
-            return await fut
-        except asyncio.CancelledError:
-            eng.cancel(fut)
-            raise
+            return await await_owned(eng, fut)  # (bytes of the engine's own)
         except OSError as exc:
             # Linux AIO cannot read some pseudo-files (procfs without read_iter): read them in
             # the executor from now on.

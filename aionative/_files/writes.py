@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from .. import _kernelops as _k
 from .._args import bytes_like
+from .._awaiting import until_done
 from .._direct import ALIGN
 from .._engine import get_engine
 from .._raw import STREAM
@@ -111,6 +112,9 @@ class _Writes(_DirectIO[S]):
                 fut = res
             if fut is not None:  # (None: written inline)
                 try:
+                    # Not await_op: a cancelled call does not cancel its write, which the file
+                    # counted when it was staged; the write stays with the kernel and the next
+                    # call reports it (the file's own bookkeeping, beside the wait).
                     try:
                         await asyncio.shield(fut)
                     except asyncio.CancelledError:
@@ -120,7 +124,7 @@ class _Writes(_DirectIO[S]):
                             # From the caller's own buffer, the kernel may be reading it: the
                             # call ends (cancelled) once it is done.
                             if type(data) is memoryview:
-                                await _until_done(fut)
+                                await until_done(fut)
                                 # Done with it: the caller's buffer is no longer exported
                                 # (what is reported later needs only the write's length).
                                 view, data = data, range(len(data))
@@ -175,7 +179,7 @@ class _Writes(_DirectIO[S]):
         if self._unfinished:
             while self._unfinished:
                 fut, off, data, positional = self._unfinished[0]
-                try:
+                try:  # (waited for, never cancelled: as in _push_items)
                     await asyncio.shield(fut)
                 except asyncio.CancelledError:
                     task = asyncio.current_task()
@@ -262,16 +266,6 @@ class _Short(Exception):
 
     def __init__(self, written: int) -> None:
         self.written = written
-
-
-async def _until_done(fut: asyncio.Future[Any]) -> None:
-    """Wait for ``fut`` whatever cancels the waiting task meanwhile (the caller raises its
-    own CancelledError afterwards)."""
-    while not fut.done():
-        try:
-            await asyncio.shield(fut)
-        except BaseException:  # noqa: BLE001, S110 - the outcome is fut's, read later
-            pass
 
 
 def _owned(b: Any, least: int) -> tuple[bytes | memoryview, int] | None:

@@ -767,6 +767,108 @@ async def test_threads_backend_reads_moved_to_a_new_engine_and_then_abandoned(
 
 
 @pytest.mark.asyncio
+async def test_threads_backend_a_cancelled_preadinto_moved_to_a_new_engine_never_lands_later(
+        tmp_path: Path) -> None:
+    """A preadinto waiting in the threads engine's queue when close_engine() closes it moves to
+    the loop's new engine, where it waits in the queue again, behind reads that move with it
+    (that engine's budget lets one or two through a turn). Its caller, cancelled, goes on only
+    once nothing of it can write into the buffer: the moved read is given up. Before, the
+    caller went on at once (the closed engine knew of no worker to wait for) and the moved
+    read ran on a later turn, over what the caller had put in its buffer since."""
+    aionative.set_default_backend("threads")
+    fd, _ = hot_file(tmp_path / "f", 1 << 20)
+    aionative.set_inline_budget(1)
+    buf = bytearray(4096)
+    ahead: list[Any] = []
+    try:
+        eng = aionative.get_engine()
+
+        async def reader() -> int:
+            while eng.read_inline(fd, 4096, 0) is not False:  # spend the budget
+                pass
+            ahead.extend(eng.read(fd, 4096, 0) for _ in range(20))
+            assert all(isinstance(f, asyncio.Future) for f in ahead)
+            return await aionative.preadinto(fd, buf, 4096)  # queued behind them
+
+        task = asyncio.ensure_future(reader())
+        await asyncio.sleep(0)  # its first step: queued
+        assert len(eng._deferred) == len(ahead) + 1
+        aionative.close_engine()
+        await asyncio.sleep(0)  # the old queue's drain moved them
+        new = aionative.get_engine()
+        assert new is not eng and isinstance(new, ThreadsEngine)
+        assert len(new._deferred) > 1 and not task.done()  # still queued on the new engine
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        buf[:] = b"Z" * len(buf)  # the caller's own bytes, in the buffer it got back
+        for _ in range(200):
+            if not new._deferred:
+                break
+            await asyncio.sleep(0)  # the new engine's turns
+        assert not new._deferred
+        assert buf == b"Z" * len(buf), "a cancelled preadinto wrote into the buffer later"
+    finally:
+        aionative.set_inline_budget(None)
+        aionative.set_default_backend(None)
+        os.close(fd)
+
+
+@pytest.mark.asyncio
+async def test_threads_backend_a_cancelled_preadinto_queued_again_never_lands_later(
+        tmp_path: Path) -> None:
+    """A queued preadinto that the drain's turn finds refused again (the budget ran out
+    between the drain's check and the read's) waits in the queue once more, on a future of
+    its own. Its caller, cancelled meanwhile, goes on only once that read is given up: before,
+    it went on at once (no worker to wait for) and the read ran on a later turn, over what
+    the caller had put in its buffer since."""
+    aionative.set_default_backend("threads")
+    fd, _ = hot_file(tmp_path / "f", 1 << 20)
+    aionative.set_inline_budget(1)
+    buf = bytearray(4096)
+    try:
+        eng = aionative.get_engine()
+        assert isinstance(eng, ThreadsEngine)
+        refusing = True
+        real = eng._inline_allowed
+
+        def refused_again(fd: int, retry: bool = False) -> bool:
+            allowed = real(fd, retry)  # (opens the iteration's window)
+            if refusing:
+                eng._spent = True  # ran out just now
+                return False
+            return allowed
+
+        queued = asyncio.Event()
+
+        async def reader() -> int:
+            while eng.read_inline(fd, 4096, 0) is not False:  # spend the budget
+                pass
+            eng._inline_allowed = refused_again  # type: ignore[method-assign]
+            queued.set()
+            return await aionative.preadinto(fd, buf, 4096)
+
+        task = asyncio.ensure_future(reader())
+        await queued.wait()
+        for _ in range(4):
+            await asyncio.sleep(0)  # drained and queued again, turn after turn
+        assert eng._deferred and not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        refusing = False
+        buf[:] = b"Z" * len(buf)  # the caller's own bytes, in the buffer it got back
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not eng._deferred
+        assert buf == b"Z" * len(buf), "a cancelled preadinto wrote into the buffer later"
+    finally:
+        aionative.set_inline_budget(None)
+        aionative.set_default_backend(None)
+        os.close(fd)
+
+
+@pytest.mark.asyncio
 async def test_threads_backend_large_readers_do_not_starve_the_queue(tmp_path: Path) -> None:
     """Large reads retried after their turn go first while nothing waits in the queue of
     refused reads, and join it once something does, and the queue is drained first come,

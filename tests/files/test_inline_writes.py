@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import aionative
-from aionative import _core
+from aionative import _core, _threads
 from aionative import _kernelops as _k
 
 pytestmark = pytest.mark.asyncio
@@ -236,6 +236,44 @@ async def test_a_write_from_the_refused_queue_is_a_count_not_a_descriptor(
         await task
     assert os.fstat(sentinel)                              # still open
     assert os.pread(fd, sentinel + 1, 0) == bytes(sentinel)
+
+
+async def test_a_caller_cancelled_after_the_refused_queue_queued_its_write_waits_for_it(
+        tmp_path: Path, fd_of: Callable[..., int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue of refused calls ran a write that the engine queued, from the caller's
+    buffer; the caller, cancelled before it resumed, goes on only once the engine is done with
+    that buffer (as for any write it awaits). Before, the write was abandoned and the caller
+    went on at once, its buffer still being copied. (The threads backend's worker, held here,
+    stands in for a kernel still copying it: a native engine's is held there only by a slow
+    device.)"""
+    aionative.set_default_backend("threads")
+    release = threading.Event()
+    try:
+        fd = rw_fd(fd_of, tmp_path / "w")
+        eng = aionative.get_engine()
+        real = _threads._pwrite
+
+        def held(fd: int, data: memoryview, offset: int) -> int:
+            release.wait(10)
+            return real(fd, data, offset)
+
+        monkeypatch.setattr(_threads, "_pwrite", held)
+        buf = bytearray(b"x" * 100)
+        task = asyncio.ensure_future(_k.refused_queue(eng, "write", fd, buf, 0))
+        await asyncio.sleep(0)                              # queued; the drain is scheduled
+        asyncio.get_running_loop().call_soon(task.cancel)  # runs after the drain queued it
+        await asyncio.sleep(0.05)
+        assert not task.done(), "the caller went on while the worker had its buffer"
+        with pytest.raises(BufferError):
+            buf.extend(b"no")  # (the worker's)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        buf.extend(b"ok")  # the caller's again
+        assert os.pread(fd, 200, 0) == b"x" * 100
+    finally:
+        release.set()
+        aionative.set_default_backend(None)
 
 
 async def test_an_inline_write_that_stops_partway_is_finished_by_the_queue(

@@ -204,6 +204,35 @@ async def test_large_writes_are_sent_off_the_loops_thread(fast_dir: Path,
         assert 1 <= info["writer_threads"] <= 4
 
 
+async def test_the_close_of_a_large_file_is_sent_off_the_loops_thread(backend: str,
+                                                                      tmp_path: Path) -> None:
+    """io_uring closes a descriptor inside the call that submits the close, and the file's
+    release with it (on ext4, the writeback of all of a truncated file's new data): a regular
+    file of 256 KiB or more, or anything else, is closed by an io-wq worker; a smaller file
+    inline, as before. (Linux AIO and the threads backend close in the executor's threads.)"""
+    if backend != "io_uring":
+        pytest.skip("the other backends close every writable descriptor in a thread")
+
+    def sent() -> int:
+        return int(aionative.engine_stats()["async_closes"])
+
+    before = sent()
+    async with aionative.open(tmp_path / "small", "wb") as f:
+        await f.write(bytes(128 << 10))
+    assert sent() == before
+    async with aionative.open(tmp_path / "large", "wb") as f:
+        await f.write(bytes(256 << 10))
+    assert sent() == before + 1
+    r, w = os.pipe()
+    try:
+        async with aionative.open(w, "wb") as f:
+            await f.write(b"x")
+        assert sent() == before + 2
+        assert os.read(r, 2) == b"x"
+    finally:
+        os.close(r)
+
+
 def _writer_nice() -> list[int]:
     """The nice values of this process's writer threads (Linux AIO's C threads are named
     ``aionative-write``; the threads backend's are Python threads of that name)."""

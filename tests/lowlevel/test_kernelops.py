@@ -171,3 +171,54 @@ async def test_cancelled_opens_leak_no_descriptor(tmp_path: Path) -> None:
         await asyncio.sleep(0.005)
     await asyncio.sleep(0.05)  # executor-side opens (non-io_uring) may still be returning
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+async def test_cancelled_closes_still_close(tmp_path: Path) -> None:
+    """A close whose caller is cancelled runs all the same, as ``os.close`` leaves no
+    descriptor open whatever happens (and a file object counts its descriptor closed): on
+    io_uring a large file's close waits for an io-wq worker, and is not cancelled there; in
+    the executor, a close no worker has taken yet runs anyway."""
+    big, small = tmp_path / "big", tmp_path / "small"
+    big.write_bytes(bytes(1 << 20))
+    small.write_bytes(b"x")
+    aionative.get_engine()
+    before = len(os.listdir("/proc/self/fd"))
+    for turns in range(30):
+        fds = [os.open(big if i % 2 else small, os.O_WRONLY) for i in range(50)]
+        tasks = [asyncio.ensure_future(k.close_fd(fd)) for fd in fds]
+        for _ in range(1 + turns % 3):  # cancelled one to three turns after they were asked
+            await asyncio.sleep(0)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for _ in range(200):
+        if aionative.engine_stats()["in_flight"] == 0:
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)  # executor-side closes (non-io_uring) may still be returning
+    assert len(os.listdir("/proc/self/fd")) <= before
+
+
+async def test_a_cancelled_open_relative_to_a_directory_ends_once_the_kernel_is_done(
+        tmp_path: Path) -> None:
+    """(The engine's open as the package's own code calls it, ``_kernelops.open_fd``.) The
+    kernel resolves ``dir_fd`` by its number when the open runs: a caller whose open
+    was cancelled may close that directory at once, and the number be reused. So a cancelled
+    open ends only once the kernel is done with it (created files are opened in io_uring's
+    workers, where the cancellation may find them running)."""
+    eng = aionative.get_engine()
+    if not getattr(eng, "supports", lambda name: False)("openat"):
+        pytest.skip("opens run in the executor on this backend")
+    d = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(200):
+            task = asyncio.ensure_future(
+                k.open_fd(f"n{i}", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, dir_fd=d))
+            await asyncio.sleep(0)  # submitted
+            task.cancel()
+            try:
+                os.close(await task)
+            except asyncio.CancelledError:
+                assert aionative.engine_stats()["in_flight"] == 0
+    finally:
+        os.close(d)
