@@ -37,6 +37,10 @@ from tests.support import open_fds_to
 from tests.web.test_starlette import blocking_calls  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.usefixtures("backend")
+# Upload payloads, made once at collection: drawn inside a test, a few MB of random bytes take
+# 10-20 ms of the loop's thread, which the loop guard would count in one gap with the engine's
+# first steps (see tests/_loop_guard.py).
+PAYLOAD = os.urandom(5_000_000)
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -148,7 +152,7 @@ async def test_save_upload_through_fastapi(tmp_path: Path, monkeypatch: pytest.M
     backend = aionative.get_engine().backend
     async with client(app) as c:
         for size in (0, 1000, 900_000, 5_000_000):  # in memory up to 1 MiB, then on disk
-            data = os.urandom(size)
+            data = PAYLOAD[:size]
             r = await c.post("/up", files={"file": ("x.bin", data)})
             body = r.json()
             assert body["n"] == size and (tmp_path / "saved.bin").read_bytes() == data
@@ -167,7 +171,7 @@ async def test_save_upload_through_fastapi(tmp_path: Path, monkeypatch: pytest.M
 
 @pytest.mark.asyncio
 async def test_save_upload_sources_and_errors(tmp_path: Path) -> None:
-    data = os.urandom(3 * 1024 * 1024 + 7)
+    data = PAYLOAD[:3 * 1024 * 1024 + 7]
     dest = tmp_path / "out.bin"
     for spooled in (True, False):
         upload = _upload(data, spooled=spooled)
@@ -338,7 +342,7 @@ async def test_save_upload_replaces_the_destination_whole(tmp_path: Path) -> Non
     when complete: a reader of the destination never sees a part; a symlink there is replaced,
     not written through; a failure (here: the destination is a directory, so the rename fails)
     leaves no temporary file."""
-    data = os.urandom(2 * 1024 * 1024 + 3)  # several chunks; spooled to disk below
+    data = PAYLOAD[:2 * 1024 * 1024 + 3]  # several chunks; spooled to disk below
     other = tmp_path / "other.bin"
     other.write_bytes(b"keep me")
     dest = tmp_path / "dest.bin"
@@ -512,7 +516,7 @@ def example_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 @pytest.mark.asyncio
 async def test_example_app(example_module: Any) -> None:
     module = example_module
-    data = os.urandom(2_000_000)
+    data = PAYLOAD[:2_000_000]
     async with running_lifespan(module.app), client(module.app) as c:
         assert (await c.post("/files", files={"file": ("d.bin", data)})).json() == \
             {"name": "d.bin", "bytes": len(data)}
@@ -536,7 +540,7 @@ async def test_stream_file_survives_close_engine_between_chunks(native_backend: 
                                                                 tmp_path: Path) -> None:
     """close_engine() between two chunks of stream_file: the next read goes to the loop's new
     engine and every byte comes out ("engine is closed" before, after the second chunk)."""
-    data = os.urandom(1 << 20)
+    data = PAYLOAD[:1 << 20]
     path = tmp_path / "s.bin"
     path.write_bytes(data)
     got = []
