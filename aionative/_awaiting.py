@@ -83,6 +83,8 @@ async def settle_cancelled(engine: Any, fut: Awaitable[Any]) -> None:
             return
         except asyncio.CancelledError:
             continue  # (the waiter itself was cancelled: ask again)
+        except Exception:  # noqa: BLE001 - a worker's call that failed once it ran on: the
+            return  # operation's outcome, nobody's to see; the caller raises CancelledError
 
 
 async def finished_anyway(aw: Awaitable[T], on_cancel: Callable[[asyncio.Future[T]], Any]

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/stat.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 static PyObject *g_invalid_state_error;  /* asyncio.InvalidStateError */
@@ -319,6 +321,18 @@ static int op_may_go_on(const engine_t *e, const op_t *op)
     return op->nowait && fstat(op->fd, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Whether a close answered -ECANCELED left its descriptor open: the number still names the
+ * file it named at submission (close_may_take_long kept its identity; without one, as a close
+ * io-wq gave up on is the only -ECANCELED a local file's close gives). */
+static int close_not_run(const op_t *op)
+{
+    struct stat st;
+    if (!op->done)
+        return 1;
+    return fstat(op->fd, &st) == 0 && (uint64_t)st.st_ino == op->len &&
+           close_dev_key(major(st.st_dev), minor(st.st_dev)) == op->mode;
+}
+
 void engine_complete(engine_t *e, uint32_t idx, int64_t res)
 {
     op_t *op = engine_slot(e, idx);
@@ -327,14 +341,23 @@ void engine_complete(engine_t *e, uint32_t idx, int64_t res)
     e->st.completed++;
     int f = fault_hit(FP_COMPLETION);
     /* A close io-wq gave up before a worker ran it closed nothing (the engine never asks to
-     * cancel a close: engine_abandon): it is submitted again, even for a caller who gave up.
-     * (An injected -ECANCELED stands for a close that did run: not that one.) */
-    if (op->kind == OP_CLOSE && res == -ECANCELED && !f && op->retries < MAX_RETRIES &&
-        e->closed != 1) {
-        op->retries++;
-        e->st.retries++;
-        engine_enqueue(e, idx, 0);
-        return;
+     * cancel a close: engine_abandon), and a caller who gave up counts the descriptor closed
+     * all the same. It is submitted again, to run inside the submitting call: a worker that
+     * could not be had once (a signal pending at its creation, the process's thread limit)
+     * may not be had again. Past the retries, or with the engine closing, it is closed here.
+     * Only while the number still names the file the close was for: a file's ->flush may answer
+     * ECANCELED itself (a FUSE server) once the number is released, and it may name another
+     * file by now. (An injected -ECANCELED stands for a close that did run: not that one.) */
+    if (op->kind == OP_CLOSE && res == -ECANCELED && !f && close_not_run(op)) {
+        if (op->retries < MAX_RETRIES && e->closed != 1) {
+            op->retries++;
+            e->st.retries++;
+            op->oflags = 0;
+            engine_enqueue(e, idx, 0);
+            return;
+        }
+        e->st.syscalls++;
+        res = close(op->fd) < 0 ? -errno : 0;
     }
     if (f)
         res = f;

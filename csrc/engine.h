@@ -116,9 +116,11 @@ typedef struct op {
     int fd2;                /* path operations: the second directory descriptor */
     int oflags;             /* path operations: open / at / rename / statx flags; close: 1
                              * when the release goes to an io-wq worker (close_may_take_long) */
-    uint32_t mode;          /* openat / mkdirat mode, statx mask, fallocate mode */
-    uint64_t len;           /* bytes requested in total */
-    uint64_t done;          /* bytes transferred so far (openat: the new descriptor) */
+    uint32_t mode;          /* openat / mkdirat mode, statx mask, fallocate mode; close: the
+                             * file's device (close_dev_key) */
+    uint64_t len;           /* bytes requested in total; close: the file's inode number */
+    uint64_t done;          /* bytes transferred so far (openat: the new descriptor; close: 1
+                             * when mode and len hold the file's identity) */
     int64_t off;            /* file offset of buf[0] */
     uint32_t cur;           /* length of the piece now with the kernel */
     int direct_fd;          /* kaio: the O_DIRECT descriptor of the file the operation reads
@@ -356,6 +358,13 @@ typedef struct engine {
     struct engine *gprev, *gnext;  /* all engines of the process (GIL-protected) */
 } engine_t;
 
+/* A close's record of its file's device: major and minor folded into 32 bits (an identity
+ * check beside the inode number, not a device number to use). */
+static inline uint32_t close_dev_key(unsigned major, unsigned minor)
+{
+    return (uint32_t)(major << 20) ^ (uint32_t)minor;
+}
+
 static inline op_t *engine_slot(engine_t *e, uint32_t idx)
 {
     return &e->blocks[idx / OP_BLOCK][idx % OP_BLOCK];
@@ -377,6 +386,8 @@ enum fault_point {
     FP_INLINE_WRITE,   /* the inline write stops: after half of the data (armed with errno 0)
                         * or before writing (armed with an errno); the queue does the rest */
     FP_WRITE_STALL,    /* the inline write counts as a stall (slower than WRITE_STALL_NS) */
+    FP_CLOSE_UNRUN,    /* io_uring: a close goes as a NOP answering -errno, the descriptor left
+                        * open (ECANCELED: io-wq giving up on the close before a worker ran it) */
     FP_COUNT
 };
 extern int fault_errno[FP_COUNT];

@@ -595,7 +595,7 @@ static PyObject *Engine_symlinkat(engine_t *e, PyObject *args)
     return engine_start(e, idx);
 }
 
-/* Whether the release of the file `fd` names may take long. io_uring closes inside the
+/* Whether the release of the file op->fd names may take long. io_uring closes inside the
  * io_uring_enter that submits the close, and the last reference's release (fput's task work)
  * runs before that call returns: on the loop's thread. A release can be long work: ext4 starts
  * writing back all the dirty data of a file that was truncated and then written (auto_da_alloc:
@@ -604,16 +604,22 @@ static PyObject *Engine_symlinkat(engine_t *e, PyObject *args)
  * output to drain). What a regular file's release does is bounded by its size and blocks, so a
  * file below WRITE_ASYNC_MIN of either closes inline as before (a hand-off to a worker costs
  * it more than its release); any other closes in an io-wq worker, which runs the release
- * itself. AT_STATX_DONT_SYNC: never a remote server's round trip (a remote file's close goes
- * to a worker anyway: its filesystem has ->flush). A failed statx (EBADF) leaves the close
- * inline, to report what close(2) says. */
-static int close_may_take_long(engine_t *e, int fd)
+ * itself. AT_STATX_DONT_SYNC: a local filesystem answers from the inode in memory, and so does
+ * a network one that honours the flag (9p ignores it and asks its server). A failed statx
+ * (EBADF) leaves the close inline, to report what close(2) says. The file's identity is kept
+ * for an -ECANCELED answer (engine_complete: was the descriptor released?). */
+static int close_may_take_long(engine_t *e, op_t *op)
 {
     struct statx sx;
-    e->st.syscalls++;
-    if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
-              STATX_TYPE | STATX_SIZE | STATX_BLOCKS, &sx) < 0)
+    if (op->fd < 0)
         return 0;
+    e->st.syscalls++;
+    if (statx(op->fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC,
+              STATX_TYPE | STATX_SIZE | STATX_BLOCKS | STATX_INO, &sx) < 0)
+        return 0;
+    op->len = sx.stx_ino;
+    op->mode = close_dev_key(sx.stx_dev_major, sx.stx_dev_minor);
+    op->done = 1;  /* the identity is known */
     return !S_ISREG(sx.stx_mode) || sx.stx_size >= WRITE_ASYNC_MIN ||
            sx.stx_blocks >= WRITE_ASYNC_MIN / 512;
 }
@@ -629,7 +635,7 @@ static PyObject *Engine_close_fd(engine_t *e, PyObject *arg)
     if (!op)
         return NULL;
     op->fd = fd;
-    op->oflags = close_may_take_long(e, fd);
+    op->oflags = close_may_take_long(e, op);
     return engine_start(e, idx);
 }
 

@@ -221,13 +221,20 @@ static void prep_path_op(engine_t *e, struct io_uring_sqe *sqe, op_t *op)
         sqe->off = (uint64_t)op->off;
         sqe->addr = 0;
         break;
-    default:  /* OP_CLOSE */
+    default: {  /* OP_CLOSE */
         sqe->addr = 0;
         if (op->oflags) {  /* the release in a worker, not on the loop's thread */
             sqe->flags |= IOSQE_ASYNC;
             e->st.async_closes++;
         }
+        int f = fault_hit(FP_CLOSE_UNRUN);
+        if (f) {
+            sqe->opcode = IORING_OP_NOP;
+            sqe->rw_flags = IORING_NOP_INJECT_RESULT;
+            sqe->len = (uint32_t)f;  /* -errno */
+        }
         break;
+    }
     }
 }
 

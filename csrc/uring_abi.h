@@ -143,8 +143,12 @@ struct io_uring_probe {
 /* IORING_OP_FSYNC's flags */
 #define IORING_FSYNC_DATASYNC (1U << 0)
 
+/* IORING_OP_NOP's flags (in rw_flags): answer sqe->len as the result (6.11; a test's fault) */
+#define IORING_NOP_INJECT_RESULT (1U << 0)
+
 /* Opcodes, with the kernel that added each; the probe says which the running kernel has. */
 enum {
+    IORING_OP_NOP = 0,            /* 5.1 */
     IORING_OP_FSYNC = 3,          /* 5.1 */
     IORING_OP_ASYNC_CANCEL = 14,  /* 5.5 */
     IORING_OP_FALLOCATE = 17,     /* 5.6 */

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -120,4 +122,41 @@ async def test_a_cancelled_read_never_lands_in_a_reused_buffer(
             await asyncio.sleep(0.05)  # time for any late completion to land
             assert buf == b"Z" * size, f"a cancelled read wrote into the buffer (try {attempt})"
     finally:
+        os.close(fd)
+
+
+async def test_a_cancelled_read_whose_worker_then_fails_ends_cancelled(
+        backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancelled caller waits until the worker that runs its read is done with the buffer;
+    when that read then fails (EIO), the failure is the operation's, nobody's to see: the
+    caller ends cancelled, as it was asked to."""
+    if backend != "threads":
+        pytest.skip("a worker's call outlives its cancellation on the threads backend alone")
+    from aionative import _threads
+
+    started, release = threading.Event(), threading.Event()
+
+    def failing_preadinto(fd: int, buf: memoryview, offset: int) -> int:
+        with buf:
+            started.set()
+            release.wait(10)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(_threads, "_preadinto", failing_preadinto)
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 4096)
+    fd = os.open(path, os.O_RDONLY)
+    aionative.set_inline_budget(0)  # to a worker
+    try:
+        task = asyncio.ensure_future(aionative.preadinto(fd, bytearray(4096), 0))
+        assert await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        assert not task.done()  # waiting for the worker, which still holds the buffer
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+    finally:
+        release.set()
+        aionative.set_inline_budget(None)
         os.close(fd)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import aionative
-from aionative import _core
+from aionative import _core, _kernelops
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("native_backend", "ring_only")]
 
@@ -253,3 +253,71 @@ async def test_tiny_queues_lose_nothing(native_backend: str, data_file: tuple[Pa
     finally:
         loop.remove_reader(eng.fileno())
         eng.close()
+
+
+async def _close_unrun(fd: int, count: int) -> dict[str, int]:
+    """Close ``fd`` through the engine while its next ``count`` closes come back -ECANCELED
+    without closing anything (as io-wq answers a close it gave up on before a worker ran it);
+    the engine's counters moved meanwhile."""
+    before = aionative.engine_stats()
+    _core.set_fault("close_unrun", errno.ECANCELED, count)
+    try:
+        await _within(_kernelops.close_fd(fd))
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        os.close(fd)
+        pytest.skip("this kernel's NOP cannot answer an injected result (Linux 6.11)")
+    finally:
+        _core.clear_faults()
+    after = aionative.engine_stats()
+    return {k: after[k] - before[k] for k in ("retries", "async_closes")}
+
+
+def _is_closed(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError as exc:
+        return exc.errno == errno.EBADF
+    return False
+
+
+@pytest.fixture
+def large_fd(native_backend: str, tmp_path: Path) -> int:
+    """A descriptor of a 1 MiB file (its close goes to an io-wq worker), io_uring only."""
+    if native_backend != "io_uring":
+        pytest.skip("Linux AIO has no close: the executor closes")
+    path = tmp_path / "large"
+    path.write_bytes(b"x" * (1 << 20))
+    return os.open(path, os.O_RDONLY)
+
+
+async def test_a_close_io_wq_gave_up_on_is_sent_again(large_fd: int) -> None:
+    """The descriptor is still open after such an answer: the close goes again, inside the
+    submitting call (a worker that could not be had may not be had again), until it runs."""
+    moved = await _close_unrun(large_fd, 3)
+    assert _is_closed(large_fd)
+    assert moved == {"retries": 3, "async_closes": 1}
+
+
+async def test_a_close_io_wq_keeps_giving_up_on_is_closed_all_the_same(large_fd: int) -> None:
+    """Past the engine's retries, the descriptor is closed by close(2) itself: a close is never
+    reported done (or abandoned by its caller) with the descriptor left open."""
+    moved = await _close_unrun(large_fd, -1)
+    assert _is_closed(large_fd)
+    assert moved["retries"] == 16
+
+
+async def test_a_cancelled_close_ends_with_the_descriptor_closed(large_fd: int) -> None:
+    """A close is never taken back: its cancelled caller goes on once the descriptor is
+    closed, whatever io-wq answered meanwhile."""
+    _core.set_fault("close_unrun", errno.ECANCELED, -1)
+    try:
+        task = asyncio.ensure_future(_kernelops.close_fd(large_fd))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await _within(task)
+    finally:
+        _core.clear_faults()
+    assert _is_closed(large_fd)
