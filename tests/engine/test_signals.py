@@ -140,6 +140,9 @@ async def churn(cold: tuple[int, bytes], wpath: Path, seconds: float) -> dict[st
 
 
 @pytest.mark.asyncio
+@pytest.mark.blocks_the_loop("a SIGALRM every 200 µs: once the loop's thread was kept off a CPU, "
+                             "the signals that arrived meanwhile are handled together, a Python "
+                             "handler or loop callback each, in one iteration")
 @pytest.mark.parametrize("handler", ["python_handler", "loop_handler"])
 async def test_timer_signals_during_cold_reads_and_writes(
         backend: str, tmp_path: Path, alarm: Callable[[bool], Tally], handler: str) -> None:
