@@ -16,7 +16,6 @@
 #include <string.h>
 #include <linux/stat.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 static PyObject *g_invalid_state_error;  /* asyncio.InvalidStateError */
@@ -327,10 +326,10 @@ static int op_may_go_on(const engine_t *e, const op_t *op)
 static int close_not_run(const op_t *op)
 {
     struct stat st;
-    if (!op->done)
+    if (!op->len)
         return 1;
     return fstat(op->fd, &st) == 0 && (uint64_t)st.st_ino == op->len &&
-           close_dev_key(major(st.st_dev), minor(st.st_dev)) == op->mode;
+           (int64_t)st.st_dev == op->off;
 }
 
 void engine_complete(engine_t *e, uint32_t idx, int64_t res)

@@ -116,12 +116,11 @@ typedef struct op {
     int fd2;                /* path operations: the second directory descriptor */
     int oflags;             /* path operations: open / at / rename / statx flags; close: 1
                              * when the release goes to an io-wq worker (close_may_take_long) */
-    uint32_t mode;          /* openat / mkdirat mode, statx mask, fallocate mode; close: the
-                             * file's device (close_dev_key) */
-    uint64_t len;           /* bytes requested in total; close: the file's inode number */
-    uint64_t done;          /* bytes transferred so far (openat: the new descriptor; close: 1
-                             * when mode and len hold the file's identity) */
-    int64_t off;            /* file offset of buf[0] */
+    uint32_t mode;          /* openat / mkdirat mode, statx mask, fallocate mode */
+    uint64_t len;           /* bytes requested in total; close: the file's inode number (0:
+                             * not known), with `off` its identity (close_may_take_long) */
+    uint64_t done;          /* bytes transferred so far (openat: the new descriptor) */
+    int64_t off;            /* file offset of buf[0]; close: the file's device */
     uint32_t cur;           /* length of the piece now with the kernel */
     int direct_fd;          /* kaio: the O_DIRECT descriptor of the file the operation reads
                              * through from its first re-issue to its end (later pieces never
@@ -357,13 +356,6 @@ typedef struct engine {
     } b;
     struct engine *gprev, *gnext;  /* all engines of the process (GIL-protected) */
 } engine_t;
-
-/* A close's record of its file's device: major and minor folded into 32 bits (an identity
- * check beside the inode number, not a device number to use). */
-static inline uint32_t close_dev_key(unsigned major, unsigned minor)
-{
-    return (uint32_t)(major << 20) ^ (uint32_t)minor;
-}
 
 static inline op_t *engine_slot(engine_t *e, uint32_t idx)
 {

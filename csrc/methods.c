@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <linux/stat.h>
 
 /* While callers wait parked (see engine_park), a run of inline reads — one task's, between
@@ -618,8 +619,7 @@ static int close_may_take_long(engine_t *e, op_t *op)
               STATX_TYPE | STATX_SIZE | STATX_BLOCKS | STATX_INO, &sx) < 0)
         return 0;
     op->len = sx.stx_ino;
-    op->mode = close_dev_key(sx.stx_dev_major, sx.stx_dev_minor);
-    op->done = 1;  /* the identity is known */
+    op->off = (int64_t)makedev(sx.stx_dev_major, sx.stx_dev_minor);
     return !S_ISREG(sx.stx_mode) || sx.stx_size >= WRITE_ASYNC_MIN ||
            sx.stx_blocks >= WRITE_ASYNC_MIN / 512;
 }
