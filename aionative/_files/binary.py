@@ -253,6 +253,10 @@ class _BinaryBase(AsyncBase[bytes]):
                 return lines
             if n <= 0:
                 await self._fetch_to_eof()
+                if raw.kind != STREAM:
+                    start, lines = self._run(self._first_lines)
+                    await self._push()
+                    return await self._more_lines(start, lines)
             else:
                 while True:
                     buf, i, at_eof = raw.window_view()

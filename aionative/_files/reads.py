@@ -20,6 +20,10 @@ from .writes import _Writes
 
 _READAHEAD_MIN = 32 * 1024
 _READAHEAD_MAX = 1024 * 1024
+# readlines() to the end builds its list in slices of lines this long (bytes or characters),
+# looking at the loop iteration's budget between two: splitting a file of a million short
+# lines takes tens of milliseconds, longer than the loop may be held.
+_LINES_SLICE = 1 << 16
 
 
 def _count(buf: bytes | bytearray, term: bytes, start: int, stop: int) -> int:
@@ -288,6 +292,43 @@ class _Reads(_Writes[S]):
         the slow paths of the calls the window serves without I/O come here first."""
         if _turn_spent():
             await _k.one_turn()
+
+    def _first_lines(self) -> tuple[int, list[S]]:
+        """Where a ``readlines()`` to the end starts (``tell()``), and its first slice of
+        lines; run once the window holds the rest of a regular file. Start -1: the call
+        was done in one step, as the builtin's, because seeking back to where it began
+        would not be exact — a text position that carries decoder state (a cookie past 64
+        bits: seeking to it reads bytes again), or one the text layer will not tell (after
+        a ``readlines(hint)`` stopped by its hint)."""
+        f = self._file
+        try:
+            start = f.tell()
+        except OSError:
+            start = -1
+        if start < 0 or start >> 64:
+            return -1, f.readlines()
+        return start, f.readlines(_LINES_SLICE)
+
+    async def _more_lines(self, start: int, lines: list[S]) -> list[S]:
+        """The rest of a ``readlines()`` to the end, after its first slice ``lines``: a slice
+        at a time, with a turn of the loop whenever this iteration's budget is spent. The
+        window holds the rest of the file, so no slice reads the descriptor; the call's lock
+        is held throughout. A cancellation during a turn puts the position back at
+        ``start``, so the lines already split are not lost."""
+        if start < 0:
+            return lines
+        f = self._file
+        while True:
+            if _turn_spent():
+                try:
+                    await _k.one_turn()
+                except BaseException:
+                    self._run(f.seek, start)
+                    raise
+            more = self._run(f.readlines, _LINES_SLICE)
+            if not more:
+                return lines
+            lines += more
 
     async def _readline_rest(self, head: bytes) -> bytes:
         raise NotImplementedError

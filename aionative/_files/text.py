@@ -311,6 +311,11 @@ class AsyncTextIOWrapper(AsyncBase[str]):
             n = _size_arg(hint)
             if n is None:
                 return list(self._run(self._file.readlines, hint))
+            raw = self._raw
+            assert raw is not None
+            if n <= 0 and not (self._needs_thread() or raw.closed or not raw.reads_fd):
+                start, lines = await self._text_read(self._first_lines, lines=-1)
+                return await self._more_lines(start, lines)
             return list(await self._text_read(self._file.readlines, hint,
                                               lines=-1 if n <= 0 else n * 8))
         except Exception:

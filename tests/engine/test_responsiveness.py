@@ -1,6 +1,7 @@
 """A tight loop over a file the read-ahead window serves (no I/O to wait for) still lets the
 event loop run: ``async for``, ``readline()`` and ``read(1)`` yield a turn once the loop
-iteration's budget is spent, as inline reads do; large writes leave the loop's thread, and so
+iteration's budget is spent, as inline reads do, and ``readlines()`` builds its list in slices
+between such turns; large writes leave the loop's thread, and so
 does the release of a large file written over when it is closed. A ticker task beside them
 measures the longest the loop's thread worked without running it."""
 
@@ -119,6 +120,29 @@ async def test_a_read_1_loop_over_a_cached_file_yields(lines_file: Path) -> None
                 await f.read(1)
 
     assert await _longest_gap(work) < MAX_GAP
+
+
+@functools.cache
+def _builtin_readlines(path: Path, mode: str) -> list[bytes | str]:
+    with open(path, mode) as f:
+        return list(f.readlines())
+
+
+@pytest.mark.parametrize("mode", ["rb", "r"])
+async def test_readlines_of_a_cached_file_of_many_lines_yields(lines_file: Path,
+                                                               mode: str) -> None:
+    """Half a million lines split at once hold the loop for tens of milliseconds: the list
+    is built in slices, with a turn whenever the budget is spent — and it is the builtin's."""
+    expected = _builtin_readlines(lines_file, mode)
+    got: list[list[bytes | str]] = []
+
+    async def work() -> None:
+        async with aionative.open(lines_file, mode) as f:
+            got.append(await f.readlines())
+            assert await f.read() == expected[0][:0]
+
+    assert await _longest_gap(work) < MAX_GAP
+    assert all(lines == expected for lines in got)
 
 
 @pytest.fixture(scope="module")

@@ -160,3 +160,43 @@ async def test_a_cancelled_read_whose_worker_then_fails_ends_cancelled(
         release.set()
         aionative.set_inline_budget(None)
         os.close(fd)
+
+
+@pytest.fixture(scope="module", params=["rb", "r"])
+def many_lines(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+               ) -> tuple[Path, str, bytes | str, list[bytes | str]]:
+    """A file of 400,000 short lines, a mode, and its first line and the rest as the builtin
+    reads them."""
+    p = tmp_path_factory.mktemp("lines") / "lines"
+    p.write_bytes(b"".join(b"%d\n" % i for i in range(400_000)))
+    mode: str = request.param
+    with open(p, mode) as f:
+        return p, mode, f.readline(), f.readlines()
+
+
+async def test_a_cancelled_readlines_leaves_the_position_where_it_was(
+        many_lines: tuple[Path, str, bytes | str, list[bytes | str]]) -> None:
+    """``readlines()`` of a long file yields between slices of lines; cancelled during such a
+    turn, it puts the position back: the next call returns every line, none is lost."""
+    p, mode, head, expected = many_lines
+    aionative.set_inline_budget(1)  # every turn's budget spent at once: readlines yields
+    try:
+        async with aionative.open(p, mode) as f:
+            assert await f.readline() == head
+            cancelled = 0
+            for turns in range(1, 200):  # cancelled later and later: in the fetch, then
+                task = asyncio.ensure_future(f.readlines())  # between slices of lines
+                for _ in range(turns):
+                    await asyncio.sleep(0)
+                if task.done():
+                    break
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                cancelled += 1
+                assert await f.tell() == len(head)
+            assert cancelled > 0
+            assert await task == expected
+            assert await f.tell() == p.stat().st_size
+    finally:
+        aionative.set_inline_budget(None)
