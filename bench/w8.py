@@ -5,6 +5,9 @@ gathered, each ``async with open(path_i, "wb") as f: await f.write(data)`` — t
 256 MiB (64 MiB in the quick profile) from one payload — and the same writes gathered with three
 tasks that each sum ``range(10**7)`` in pure Python, hoping the writes overlap the computation.
 ``W8`` writes in the data directory (ext4 here), ``W8-tmpfs`` on a tmpfs.
+Beside them, ``sync.threads`` writes the files in ten threads without an event loop; its lag
+column is an idle loop's in another process during those writes: the machine's own share of
+any loop's lag while ten files are written in parallel.
 
 A cell runs ``ROUNDS`` rounds (5; 3 in the quick profile); each round deletes the files (and, on a disk, ``sync``s, so no
 round inherits another's dirty pages: untimed), then times the writes alone, then the writes
@@ -21,14 +24,23 @@ Systems (each cell in its own worker process):
 - ``aionative-<backend>-<loop>``: ``aionative.open``;
 - ``aiofiles-<loop>`` / ``anyio-<loop>``: ``aiofiles.open`` / ``anyio.open_file`` (a worker
   thread each call);
-- ``sync``: the builtin, the files one after the other, then the sums, on one thread.
+- ``sync``: the builtin, the files one after the other, then the sums, on one thread;
+- ``sync.threads``: the builtin in ten threads at once, at nice +19, beside the sums on the
+  main thread — no event loop. Its lag is an idle loop's, ticking in another process during the
+  writes: what the machine itself (the kernel's writeback, interrupts, the writers' page-cache
+  copies on every CPU) adds to any loop's wake-ups while ten files are written in parallel, the
+  floor under an in-process writer's lag.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -54,7 +66,8 @@ FILE_SIZE = 256 << 20
 QUICK_FILE_SIZE = 64 << 20
 ROUNDS = 5        # rounds a cell; 3 with smaller files (the quick profile)
 SUMS, SUM_TO = 3, 10**7
-KINDS = ("sync", "aionative", "aiofiles", "anyio")
+KINDS = ("sync", "sync.threads", "aionative", "aiofiles", "anyio")
+WRITER_NICE = 19  # sync.threads: its writers as nice as Linux allows
 
 
 def cpu_work() -> int:
@@ -162,9 +175,7 @@ async def _async_rounds(system: System, paths: list[str], data: bytes,
         alone.append(await timed(lambda: [sums() for _ in range(SUMS)]))
     _fresh(paths, disk)
     result = _figures(writes, with_cpu, alone, peaks, len(data), cpu, census)
-    lag = max(lags, key=lambda s: s["p99_ms"] or 0.0)  # the worst round's
-    result |= lag_fields(lag) | {"lag_p99_ms": statistics.median(
-        s["p99_ms"] for s in lags if s["p99_ms"] is not None)}
+    result |= _lag_of_rounds(lags)
     if system.kind == "aionative":
         mod = import_aionative()
         info = dict(mod.backend_info())
@@ -174,33 +185,122 @@ async def _async_rounds(system: System, paths: list[str], data: bytes,
     return result
 
 
-def _sync_rounds(paths: list[str], data: bytes, disk: bool) -> JSONDict:
+def _write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def _in_threads(paths: list[str], data: bytes, main: Callable[[], object] = lambda: None
+                ) -> None:
+    """sync.threads: the files written by ten threads at once at nice +WRITER_NICE (Linux
+    nice values are per thread), while ``main`` runs on this thread."""
+    def one(path: str) -> None:
+        os.setpriority(os.PRIO_PROCESS, 0, WRITER_NICE)
+        _write(path, data)
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in paths]
+    for t in threads:
+        t.start()
+    main()
+    for t in threads:
+        t.join()
+
+
+# An idle loop in a process of its own: LagProbe's ticker until a line on stdin names a span
+# (time.perf_counter() is CLOCK_MONOTONIC, one clock for every process), then the ticks'
+# summary over that span as one JSON line.
+_IDLE_TICKER = """
+import asyncio, json, sys
+from bench.meter import LagProbe
+
+async def main():
+    probe = LagProbe()
+    ticker = asyncio.create_task(probe.run())
+    loop = asyncio.get_running_loop()
+    print("ready", flush=True)
+    span = await loop.run_in_executor(None, sys.stdin.readline)
+    probe.stop()
+    await ticker
+    lo, hi = map(float, span.split())
+    print(json.dumps(probe.summary(lo, hi)), flush=True)
+
+asyncio.run(main())
+"""
+
+
+def _idle_ticker() -> subprocess.Popen[str]:
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [root, os.environ.get("PYTHONPATH")])))
+    child = subprocess.Popen([sys.executable, "-c", _IDLE_TICKER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env=env)
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "ready":
+        raise RuntimeError("the idle ticker did not start")
+    return child
+
+
+def _idle_lag(child: subprocess.Popen[str], lo: float, hi: float) -> JSONDict:
+    out, _ = child.communicate(f"{lo} {hi}\n", timeout=60)
+    summary: JSONDict = json.loads(out.strip().splitlines()[-1])
+    return summary
+
+
+def _sync_rounds(paths: list[str], data: bytes, disk: bool, threads: bool = False) -> JSONDict:
     def writes() -> None:
+        if threads:
+            _in_threads(paths, data)
+            return
         for p in paths:
-            with open(p, "wb") as f:
-                f.write(data)
+            _write(p, data)
+
+    def sums() -> None:
+        for _ in range(SUMS):
+            cpu_work()
+
+    def writes_and_sums() -> None:
+        if threads:
+            _in_threads(paths, data, sums)
+            return
+        writes()
+        sums()
 
     def timed(fn: Callable[[], None]) -> float:
         t0 = time.perf_counter()
         fn()
         return time.perf_counter() - t0
 
-    w, c, s, peaks, cpu = [], [], [], [], []
+    w, c, s, peaks, cpu, lags = [], [], [], [], [], []
     for _ in range(_rounds(len(data))):
         _fresh(paths, disk)
+        ticker = _idle_ticker() if threads else None
         reset_rss_peak()
-        c0 = _cpu_s()
+        c0, t0 = _cpu_s(), time.perf_counter()
         w.append(timed(writes))
         cpu.append(_cpu_s() - c0)
         peaks.append(rss_peak_mib())
+        if ticker is not None:
+            lags.append(_idle_lag(ticker, t0, t0 + w[-1]))
         _fresh(paths, disk)
-        c.append(timed(lambda: (writes(), [cpu_work() for _ in range(SUMS)])))  # type: ignore[func-returns-value]
-        s.append(timed(lambda: [cpu_work() for _ in range(SUMS)]))  # type: ignore[func-returns-value]
+        c.append(timed(writes_and_sums))
+        s.append(timed(sums))
     _fresh(paths, disk)
     census = Census()
     census.sample()
-    return _figures(w, c, s, peaks, len(data), cpu, census) | {
-        "info": {"note": "builtin open(), the files one after the other, one thread"}}
+    result = _figures(w, c, s, peaks, len(data), cpu, census)
+    if not threads:
+        return result | {"info": {"note": "builtin open(), the files one after the other, "
+                                           "one thread"}}
+    return result | _lag_of_rounds(lags) | {"info": {"note": (
+        f"builtin open() in {FILES} threads at nice +{WRITER_NICE}, the sums on the main "
+        "thread; lag: an idle loop in another process during the writes")}}
+
+
+def _lag_of_rounds(lags: list[JSONDict]) -> JSONDict:
+    """The worst round's lag figures, with the median of the rounds' p99 as ``lag_p99_ms``."""
+    worst = max(lags, key=lambda s: s["p99_ms"] or 0.0)
+    return lag_fields(worst) | {"lag_p99_ms": statistics.median(
+        s["p99_ms"] for s in lags if s["p99_ms"] is not None)}
 
 
 def _rounds(size: int) -> int:
@@ -231,8 +331,8 @@ def run_cell(system: System, readers: int, params: JSONDict, timing: Timing) -> 
     paths = [str(Path(params["dir"]) / f"w8-{i}.bin") for i in range(FILES)]
     data = os.urandom(params["file_size"])
     disk = params["fs"] != "tmpfs"
-    if system.kind == "sync":
-        return _sync_rounds(paths, data, disk)
+    if system.kind in ("sync", "sync.threads"):
+        return _sync_rounds(paths, data, disk, threads=system.kind == "sync.threads")
     assert system.loop is not None
     with asyncio.Runner(loop_factory=loop_factory(system.loop)) as runner:
         return runner.run(_async_rounds(system, paths, data, disk))
@@ -252,6 +352,7 @@ def prepare(cfg: PrepareConfig) -> JSONDict:
 
 def default_systems(probe: JSONDict) -> tuple[list[str], list[str]]:
     systems, notes, loops = native_systems(probe)
+    systems.insert(1, "sync.threads")
     for kind, ok in (("aiofiles", probe["aiofiles"]), ("anyio", probe["peers"]["anyio"])):
         if ok["ok"]:
             systems += [f"{kind}-{lp}" for lp in loops]
@@ -270,6 +371,6 @@ WORKLOAD = Workload(
     concurrency=False,
     filesystems=("tmpfs",),
     variants={"quick": Variant(file_size=QUICK_FILE_SIZE,
-                               systems=("sync", "aionative-io_uring", "aionative-linux_aio",
+                               systems=("sync", "sync.threads", "aionative-io_uring", "aionative-linux_aio",
                                         "aionative-threads-asyncio", "aiofiles-asyncio"))},
 )
