@@ -4,8 +4,8 @@ Left panel: throughput per system (horizontal bars, one colour per N; MB/s where
 measures bytes, W3 and W5F, else operations/s; a log axis when the systems span more than 30×).
 Right panel, for workloads that measure it (W5, W5F, W6): the 1 ms ticker's p99 lateness per
 system, log axis, with the 1 ms line of the loop-lag target (``bench.targets``). The title
-names the workload, profile, date and commit. ``python -m bench.plots results/*.json`` redraws
-saved results.
+names the workload, profile and date (the results JSON keeps the commit).
+``python -m bench.plots results/*.json`` redraws saved results.
 """
 
 from __future__ import annotations
@@ -75,9 +75,8 @@ def draw(doc: JSONDict, out_dir: Path) -> str:
         ax = axes[0][1]
         _bars(ax, doc, "lag_p99_ms", 1.0, "1 ms ticker: p99 lateness (ms)")
         ax.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
-    git = (doc["machine"].get("git") or {}).get("commit") or ""
     fig.suptitle(f"{doc['workload']}: {doc['title']}\n{doc['profile']} profile · "
-                 f"{doc['machine']['date']} · {git[:7]}", fontsize=9)
+                 f"{doc['machine']['date']}", fontsize=9)
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{doc['workload'].lower()}.png"

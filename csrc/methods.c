@@ -841,7 +841,8 @@ PyMethodDef Engine_methods[] = {
     {"supports", (PyCFunction)Engine_supports, METH_O,
      "supports(name) -> bool: the kernel runs this operation for this engine"},
     {"cancel", (PyCFunction)Engine_cancel, METH_O,
-     "cancel(future) -> bool: abandon the operation whose future this is"},
+     "cancel(future) -> bool: abandon the operation whose future this is (False if this engine "
+     "holds none); a close still runs, its result dropped"},
     {"turn_spent", (PyCFunction)Engine_turn_spent, METH_NOARGS,
      "turn_spent() -> bool: whether this loop iteration's budget is spent (work served from "
      "memory yields a turn then)"},
