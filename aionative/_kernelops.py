@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._awaiting import await_op, await_owned, finished_anyway, settle_cancelled
+from ._awaiting import await_op, finished_anyway, settle_cancelled
 from ._engine import get_engine
 from ._threads import ThreadsEngine
 from ._threads import one_turn as one_turn  # re-exported: _files and after_a_turn turn with it
@@ -223,7 +223,20 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
                      mode, os.fspath(path))
     try:
         if dir_fd is None:
-            return await await_owned(eng, fut, on_cancel=_close_result)
+            # Awaited directly, not through a shield: the task resumes in the iteration that
+            # reaps the open (for one that creates or truncates, the flush that waits for it:
+            # OPEN_WAIT_NS in csrc/engine.h), not one turn later. Cancelled while the open
+            # is with the kernel, its future is cancelled too and the engine closes what the
+            # kernel opens for nobody; a descriptor delivered to a task cancelled before it
+            # resumed is closed here.
+            try:
+                return await fut
+            except asyncio.CancelledError:
+                if fut.done() and not fut.cancelled():
+                    _close_result(fut)
+                else:
+                    eng.cancel(fut)
+                raise
         # Relative to a directory descriptor, a cancelled open ends once the kernel is done
         # with it, as the other path operations do: the kernel resolves dir_fd by its number
         # when the open runs, and a caller that closed it meanwhile (its number reused) would

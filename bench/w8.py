@@ -7,10 +7,10 @@ tasks that each sum ``range(10**7)`` in pure Python, hoping the writes overlap t
 ``W8`` writes in the data directory (ext4 here), ``W8-tmpfs`` on a tmpfs.
 Beside them, ``sync.threads`` writes the files in ten threads without an event loop; its lag
 column is an idle loop's in another process during those writes: the machine's own share of
-any loop's lag while ten files are written in parallel. With the sums, an async system's
-opens land only after the three sums have run (they are made ready in one loop iteration, and
-an open for writing takes a turn), so its writes follow them: see the design page, "Large
-writes".
+any loop's lag while ten files are written in parallel. With the sums, an open for writing
+that takes a turn of the loop lands only after the three sums have run (they are made ready in
+one iteration), and its write follows them; aionative on io_uring waits for its opens in the
+next iteration's first callback instead (the design page, "Large writes").
 
 A cell runs ``ROUNDS`` rounds (5; 3 in the quick profile); each round deletes the files (and, on a disk, ``sync``s, so no
 round inherits another's dirty pages: untimed), then times the writes alone, then the writes

@@ -251,6 +251,8 @@ void op_finish(engine_t *e, uint32_t idx, int err)
     PyObject *settled = op->settled;
     op->settled = NULL;
     int was_pinned = op->bytes != NULL || op->view.obj != NULL || op->keep != NULL;
+    if (op->awaited_open && op->awaited_open == e->open_gen)
+        e->opens_out--;
     int is_exc = 0;
     PyObject *value = NULL;
     if (fut && !op->abandoned && !e->drop_results) {

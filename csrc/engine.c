@@ -252,6 +252,7 @@ static PyObject *Engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     e->budget_ns = DEFAULT_BUDGET_NS;
     e->release_n = 8;
     e->memo_gen = 1;  /* fd_memo's zeroed entries are of generation 0: stale */
+    e->open_gen = 1;  /* an operation's awaited_open of 0: not awaited */
     e->owner_thread = PyThread_get_thread_ident();
     e->loop_ref = PyWeakref_NewRef(loop, NULL);
     if (!e->loop_ref || loop_probe_internals(loop) < 0)

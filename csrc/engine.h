@@ -55,6 +55,15 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
  * engine's writer threads (kaio.c). Below it the hand-off costs more than the copy (64 KiB
  * lands in ~10 us); `python -m bench --workloads W8 W5F` measures both sides. */
 #define WRITE_ASYNC_MIN (256u << 10)
+/* An open that creates or truncates a file goes to an io-wq worker in any case (io_uring does
+ * not try O_CREAT or O_TRUNC without blocking): it is sent inside its call, and the engine's
+ * first reaping callback of the loop's next iteration — ahead of the tasks the last iteration
+ * made ready — waits up to this long for such opens (engine_wait_opens, backend_ops.wait_timed),
+ * so that their tasks go on, and start their writes, before a CPU-bound task made ready beside
+ * them holds the loop. An open takes tens of microseconds with an idle worker; the bound is
+ * what a slow filesystem, or io-wq starting its first workers, may cost the loop once.
+ * `python -m bench --workloads W8-tmpfs` measures writes gathered with CPU work. */
+#define OPEN_WAIT_NS 2000000u
 /* Linux AIO: the most writer threads an engine starts (one a large write in flight). */
 #define KAIO_WRITERS 4
 
@@ -101,6 +110,10 @@ typedef struct op {
     int8_t direct_slot;     /* kaio: the engine's descriptor-cache entry `direct_fd` is from
                              * (holding a reference to it), -1 for a descriptor of its own */
     uint32_t kslot;         /* backend's index for the piece (kaio: its iocb) */
+    uint32_t awaited_open;  /* openat sent inside its call, waited for by the loop's next
+                             * reaping callback (OPEN_WAIT_NS): the engine's open_gen then, 0
+                             * for none; counted in engine.opens_out while it is the current
+                             * generation and the operation is not finished */
     int fd;
     PyObject *future;       /* owned; until resolved or dropped */
     PyObject *settled;      /* owned; set by Engine.cancel_wait: resolved with None once the
@@ -176,6 +189,9 @@ typedef struct stats {
                                * (io_uring: IOSQE_ASYNC; Linux AIO: a writer thread) */
     uint64_t async_closes;    /* io_uring closes sent to an io-wq worker (IOSQE_ASYNC): the
                                * release of a file that may take long (close_may_take_long) */
+    uint64_t open_waits;      /* flushes that waited for opens sent inside their calls
+                               * (OPEN_WAIT_NS) */
+    uint64_t open_wait_us;    /* ... and the time they waited, in all */
 } stats_t;
 
 /* A parked caller: its read is done; it waits for a flush to hand it the result. */
@@ -227,6 +243,10 @@ typedef struct backend_ops {
     void (*destroy)(struct engine *e);
     /* Add backend details to the info dict. */
     int (*info)(struct engine *e, PyObject *dict);
+    /* Wait up to `ns` for at least one completion, releasing the GIL, and reap what came
+     * (engine_complete): how many were reaped, or -errno (-ETIME: none in time). NULL: the
+     * backend cannot bound a wait. */
+    int (*wait_timed)(struct engine *e, int64_t ns);
 } backend_ops;
 
 typedef struct uring {
@@ -349,6 +369,9 @@ typedef struct engine {
     uint32_t waiting;         /* slots in OPS_WAITING */
     uint32_t live;            /* slots not free */
     uint32_t pinned;          /* Py_buffer views and read bytes the kernel may write */
+    uint32_t opens_out;       /* opens sent inside their call, not finished (awaited_open) */
+    uint32_t open_gen;        /* the generation of awaited opens (never 0): a wait that runs
+                               * out of time gives up on the opens left, moving to the next */
     stats_t st;
     union {
         uring_t ring;

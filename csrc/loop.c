@@ -404,6 +404,38 @@ static PyObject *engine_leave_waking(engine_t *e, int collect)
     return r;
 }
 
+/* Wait, up to OPEN_WAIT_NS in all, for the opens sent inside their calls (awaited_open): reaped
+ * here, inside the loop's callback that reaps first in its iteration (the flush on asyncio's
+ * loop, the eventfd's reader on uvloop, whose poll phase comes before the ready callbacks),
+ * their tasks are woken together by that callback (engine_leave_waking), before the callbacks
+ * the loop's last iteration made ready. (A task it wakes reaps what completes after that with
+ * its own calls, and that task's wake-up waits for the loop's next iteration.) What does not
+ * complete in time is reaped as any completion is. */
+static void engine_wait_opens(engine_t *e)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t start = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec, now = start;
+    int rc = 0;
+    while (e->opens_out && now - start < OPEN_WAIT_NS) {
+        rc = e->ops->wait_timed(e, OPEN_WAIT_NS - (now - start));
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        if (rc < 0)  /* time up; a signal (its handler runs once the loop has control); a
+                      * kernel before 5.11 (-EOPNOTSUPP: no bounded wait); an error */
+            break;
+    }
+    if (e->opens_out) {  /* not answered in time: reaped as any completion is, not waited for */
+        e->opens_out = 0;
+        if (++e->open_gen == 0)
+            e->open_gen = 1;
+    }
+    if (rc == -EOPNOTSUPP)
+        return;
+    e->st.open_waits++;
+    e->st.open_wait_us += (uint64_t)(now - start) / 1000;
+}
+
 PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
 {
     int ok = engine_callback_ok(e);
@@ -427,6 +459,8 @@ PyObject *Engine_on_ready(engine_t *e, PyObject *unused)
         eventfd_clear(e);  /* Linux AIO: a signal per completion, the ring read by io_getevents */
         engine_reap(e, 0);
     }
+    if (collect && e->opens_out)
+        engine_wait_opens(e);
     engine_pump(e);
     engine_settle(e, sent);
     return engine_leave_waking(e, collect);
@@ -446,6 +480,8 @@ PyObject *engine_flush(engine_t *e, int loop)
         return ok < 0 ? NULL : Py_NewRef(Py_None);
     e->busy++;
     int collect = loop && engine_collect(e);
+    if (collect && e->opens_out)
+        engine_wait_opens(e);
     /* The next flush could not be scheduled (the release's call_soon failed): every parked
      * caller was released and is woken all the same, and what waits to be sent is sent now
      * (no flush would send it); the error is the flush's, unless a wake-up raises one of its

@@ -20,7 +20,8 @@ static const struct { const char *name; size_t off; } stat_fields[] = {
     STAT(direct_refused), STAT(nowait_unsupported), STAT(cancels), STAT(withdrawn), STAT(cq_overflow),
     STAT(inline_hits), STAT(inline_misses), STAT(budget_exhausted), STAT(inline_retries),
     STAT(retries_refused), STAT(inline_writes), STAT(write_stalls), STAT(parked), STAT(slices_ended),
-    STAT(flushes), STAT(woken), STAT(async_writes), STAT(async_closes),
+    STAT(flushes), STAT(woken), STAT(async_writes), STAT(async_closes), STAT(open_waits),
+    STAT(open_wait_us),
 };
 
 static int dict_set_ull(PyObject *d, const char *k, unsigned long long v)

@@ -4,6 +4,8 @@
  * operation (its future, its flush), and abandoning one its caller gave up (cancel). Everything
  * here runs on the owning loop's thread with the GIL held.
  */
+#include <fcntl.h>
+
 #include "engine.h"
 #include "complete.h"
 #include "loop.h"
@@ -255,7 +257,16 @@ PyObject *engine_start(engine_t *e, uint32_t idx)
     int early = ok && (engine_sends_early(e, op->kind) ||
                        (op->kind == OP_WRITE && op->len >= WRITE_ASYNC_MIN && !e->busy &&
                         !e->waiting));
-    if (ok && !early)
+    /* An open that creates or truncates starts now too, and the flush scheduled for it waits
+     * for it (OPEN_WAIT_NS). */
+    int open_now = ok && !early && op->kind == OP_OPENAT && e->ops->wait_timed &&
+                   (op->oflags & (O_CREAT | O_TRUNC)) && !e->busy && !e->waiting;
+    if (open_now) {
+        early = 1;
+        op->awaited_open = e->open_gen;
+        e->opens_out++;
+    }
+    if (ok && (!early || open_now))
         ok = engine_schedule_flush(e) == 0 && engine_open(e);
     if (!ok) {
         Py_XDECREF(fut);
@@ -264,8 +275,16 @@ PyObject *engine_start(engine_t *e, uint32_t idx)
     }
     Py_INCREF(fut);
     op->future = fut;
-    if (engine_enqueue(e, idx, early) && early && engine_schedule_flush(e) < 0)
-        PyErr_WriteUnraisable((PyObject *)e);  /* queued already: reported, as engine_pump does */
+    if (engine_enqueue(e, idx, early)) {
+        /* It waits for room in user space (no Python code ran: `op` is still its slot): a
+         * later flush sends it, and none waits for it. */
+        if (open_now) {
+            op->awaited_open = 0;
+            e->opens_out--;
+        }
+        if (early && engine_schedule_flush(e) < 0)
+            PyErr_WriteUnraisable((PyObject *)e);  /* queued already: reported, as engine_pump does */
+    }
     return fut;
 }
 

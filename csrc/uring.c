@@ -59,6 +59,17 @@ static int sys_enter(int fd, unsigned submit, unsigned min_complete, unsigned fl
     return rc < 0 ? -errno : rc;
 }
 
+/* A wait for `min_complete` completions of at most `ns` (IORING_ENTER_EXT_ARG, 5.11):
+ * -ETIME when the time ran out first. */
+static int sys_enter_timed(int fd, unsigned min_complete, int64_t ns)
+{
+    struct uring_timespec ts = {ns / 1000000000, ns % 1000000000};
+    struct io_uring_getevents_arg arg = {0, 0, 0, (uint64_t)(uintptr_t)&ts};
+    int rc = (int)syscall(__NR_io_uring_enter, fd, 0, min_complete,
+                          IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof arg);
+    return rc < 0 ? -errno : rc;
+}
+
 static int sys_register(int fd, unsigned opcode, void *arg, unsigned nr)
 {
     int rc = (int)syscall(__NR_io_uring_register, fd, opcode, arg, nr);
@@ -451,6 +462,22 @@ static int u_reap(engine_t *e, int flags)
     return 0;
 }
 
+static int u_wait_timed(engine_t *e, int64_t ns)
+{
+    uring_t *r = &e->b.ring;
+    if (!(r->features & IORING_FEAT_EXT_ARG))  /* before 5.11: no bounded wait */
+        return -EOPNOTSUPP;
+    int rc;
+    e->st.syscalls++;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sys_enter_timed(r->fd, 1, ns);
+    Py_END_ALLOW_THREADS
+    if (rc < 0 && rc != -ETIME && rc != -EINTR)
+        return rc;
+    unsigned got = cq_drain(e);
+    return got ? (int)got : (rc < 0 ? rc : 0);
+}
+
 static unsigned u_unaccepted(engine_t *e)
 {
     uring_t *r = &e->b.ring;
@@ -578,4 +605,5 @@ static const backend_ops uring_ops = {
     .cancel = u_cancel,
     .destroy = u_destroy,
     .info = u_info,
+    .wait_timed = u_wait_timed,
 };

@@ -128,6 +128,7 @@ struct io_uring_probe {
 #define IORING_FEAT_SINGLE_MMAP (1U << 0)     /* 5.4 */
 #define IORING_FEAT_NODROP (1U << 1)          /* 5.5 */
 #define IORING_FEAT_RW_CUR_POS (1U << 3)      /* 5.6 */
+#define IORING_FEAT_EXT_ARG (1U << 8)         /* 5.11 */
 
 /* The SQ ring's flags word */
 #define IORING_SQ_CQ_OVERFLOW (1U << 1)       /* 5.8 */
@@ -135,6 +136,21 @@ struct io_uring_probe {
 
 /* io_uring_enter flags */
 #define IORING_ENTER_GETEVENTS (1U << 0)
+#define IORING_ENTER_EXT_ARG (1U << 3)        /* 5.11: the argument is io_uring_getevents_arg */
+
+/* io_uring_enter's argument with IORING_ENTER_EXT_ARG: a wait's timeout (`ts` points to a
+ * struct __kernel_timespec) */
+struct io_uring_getevents_arg {
+    uint64_t sigmask;
+    uint32_t sigmask_sz;
+    uint32_t pad;
+    uint64_t ts;
+};
+
+struct uring_timespec {   /* struct __kernel_timespec */
+    int64_t tv_sec;
+    long long tv_nsec;
+};
 
 /* io_uring_register opcodes */
 #define IORING_REGISTER_EVENTFD 4             /* 5.2 */
@@ -169,5 +185,7 @@ _Static_assert(sizeof(struct io_uring_sqe) == 64, "io_uring_sqe is 64 bytes");
 _Static_assert(sizeof(struct io_uring_cqe) == 16, "io_uring_cqe is 16 bytes");
 _Static_assert(sizeof(struct io_uring_params) == 120, "io_uring_params is 120 bytes");
 _Static_assert(sizeof(struct io_uring_probe) == 16, "io_uring_probe's header is 16 bytes");
+_Static_assert(sizeof(struct io_uring_getevents_arg) == 24, "io_uring_getevents_arg is 24 bytes");
+_Static_assert(sizeof(struct uring_timespec) == 16, "__kernel_timespec is 16 bytes");
 
 #endif
