@@ -2,8 +2,9 @@
 the kernel (or the threads backend's worker) is done with the caller's memory. A cancelled
 await of an engine operation ends here, in one of two ways. The exceptions: the file layer's
 writes, which a cancelled call leaves to finish and the next call reports
-(``_files/writes.py``), and the threads engine's ``pread``, :func:`await_owned` inlined for
-speed (``_lowlevel.pread_python``).
+(``_files/writes.py``), the threads engine's ``pread``, :func:`await_owned` inlined for
+speed (``_lowlevel.pread_python``), and ``_kernelops.open_fd``'s kernel open, awaited without
+the shield ``on_cancel`` would put in its way (one turn of the loop sooner).
 
 - :func:`await_op`: the operation reads or fills memory of the caller's (a buffer read into, a
   write from the caller's object, a path or descriptor number it names): cancelled, the

@@ -224,8 +224,9 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
     try:
         if dir_fd is None:
             # Awaited directly, not through a shield: the task resumes in the iteration that
-            # reaps the open (for one that creates or truncates, the flush that waits for it:
-            # OPEN_WAIT_NS in csrc/engine.h), not one turn later. Cancelled while the open
+            # reaps the open (for one that creates or truncates, the engine's first callback
+            # of the next iteration, which waits for it: OPEN_WAIT_NS in csrc/engine.h), not
+            # one turn later. Cancelled while the open
             # is with the kernel, its future is cancelled too and the engine closes what the
             # kernel opens for nobody; a descriptor delivered to a task cancelled before it
             # resumed is closed here.
