@@ -283,6 +283,7 @@ async def test_a_large_write_is_under_way_while_other_tasks_compute(fast_dir: Pa
 
 
 @pytest.mark.blocks_the_loop("a task that computes without yielding is what it tests")
+@pytest.mark.uses_internals("the engine calling its tasks' wake-ups itself")
 async def test_files_opened_for_writing_beside_a_computing_task_are_written_meanwhile(
         backend: str, fast_dir: Path, data32: bytes) -> None:
     """Ten tasks open files for writing and write them, gathered with a task that, after one
