@@ -296,11 +296,15 @@ class _Reads(_Writes[S]):
     def _first_lines(self) -> tuple[int, list[S]]:
         """Where a ``readlines()`` to the end starts (``tell()``), and its first slice of
         lines; run once the window holds the rest of a regular file. Start -1: the call
-        was done in one step, as the builtin's, because seeking back to where it began
-        would not be exact — a text position that carries decoder state (a cookie past 64
-        bits: seeking to it reads bytes again), or one the text layer will not tell (after
-        a ``readlines(hint)`` stopped by its hint)."""
+        was done in one step, as the builtin's — when writes may still sit in the buffered or
+        text layer (``tell()`` would flush them, which the builtin's ``readlines`` does not
+        before 3.13), or when seeking back to where it began would not be exact: a text
+        position that carries decoder state (a cookie past 64 bits: seeking to it reads
+        bytes again), or one the text layer will not tell (after a ``readlines(hint)``
+        stopped by its hint)."""
         f = self._file
+        if self._dirty:
+            return -1, f.readlines()
         try:
             start = f.tell()
         except OSError:
