@@ -152,6 +152,18 @@ async def test_a_null_in_a_path_raises_the_builtins_own_words(tmp_path: Path,
         assert str(mine.value) == str(theirs.value)
 
 
+async def _no_descriptor_left(before: int) -> None:
+    """Once the engine has nothing in flight (abandoned operations finish in the kernel, and
+    what they opened is closed) and the executor's calls have returned, no more descriptors
+    are open than ``before``."""
+    for _ in range(200):
+        if aionative.engine_stats()["in_flight"] == 0:
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.05)  # executor-side opens and closes (non-io_uring) may still return
+    assert len(os.listdir("/proc/self/fd")) <= before
+
+
 async def test_cancelled_opens_leak_no_descriptor(tmp_path: Path) -> None:
     path = tmp_path / "c"
     path.write_bytes(b"x")
@@ -165,12 +177,7 @@ async def test_cancelled_opens_leak_no_descriptor(tmp_path: Path) -> None:
         for r in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(r, int):
                 os.close(r)
-    for _ in range(200):  # abandoned opens finish in the kernel, then their fds are closed
-        if aionative.engine_stats()["in_flight"] == 0:
-            break
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.05)  # executor-side opens (non-io_uring) may still be returning
-    assert len(os.listdir("/proc/self/fd")) <= before
+    await _no_descriptor_left(before)
 
 
 @pytest.mark.parametrize("turns", [0, 1, 2])
@@ -191,12 +198,7 @@ async def test_cancelled_opens_for_writing_leak_no_descriptor(tmp_path: Path, tu
         for r in await asyncio.gather(*tasks, return_exceptions=True):
             if isinstance(r, int):
                 os.close(r)
-    for _ in range(200):  # abandoned opens finish in the kernel, then their fds are closed
-        if aionative.engine_stats()["in_flight"] == 0:
-            break
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.05)  # executor-side opens (non-io_uring) may still be returning
-    assert len(os.listdir("/proc/self/fd")) <= before
+    await _no_descriptor_left(before)
 
 
 async def test_cancelled_closes_still_close(tmp_path: Path) -> None:
@@ -217,12 +219,7 @@ async def test_cancelled_closes_still_close(tmp_path: Path) -> None:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    for _ in range(200):
-        if aionative.engine_stats()["in_flight"] == 0:
-            break
-        await asyncio.sleep(0.005)
-    await asyncio.sleep(0.05)  # executor-side closes (non-io_uring) may still be returning
-    assert len(os.listdir("/proc/self/fd")) <= before
+    await _no_descriptor_left(before)
 
 
 async def test_a_cancelled_open_relative_to_a_directory_ends_once_the_kernel_is_done(
