@@ -67,6 +67,7 @@ from ._loop_guard import (  # noqa: F401 (the plugin's hooks and fixture, regist
     guard_loop,
     pytest_configure,
     pytest_runtest_call,
+    pytest_terminal_summary,
 )
 from .support import BACKENDS, LOOP_FACTORIES, NATIVE, use_backend
 
