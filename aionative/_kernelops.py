@@ -215,6 +215,12 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
         if res is not None:
             return int(res)
     eng = _native("openat", cur)
+    if eng is not None and cur.backend != "io_uring" and not flags & (os.O_CREAT | os.O_TRUNC):
+        # Linux AIO's opens are its writer threads': worth it for an open that creates or
+        # truncates, which the loop's next iteration waits for (see open_fd's await below),
+        # so that the task goes on to its write before a task made ready beside it computes.
+        # Others run in the loop's executor, beside whatever writes those threads hold.
+        eng = None
     if eng is None:
         loop = asyncio.get_running_loop()
         return await finished_anyway(loop.run_in_executor(

@@ -37,7 +37,8 @@ __all__ = [
 def kernel_opens(eng: EngineLike) -> bool:
     """Whether ``eng`` opens files in the kernel (io_uring's ``openat``); otherwise an open
     runs in a worker thread."""
-    return not isinstance(eng, ThreadsEngine) and eng.supports("openat")
+    return (not isinstance(eng, ThreadsEngine) and eng.backend == "io_uring"
+            and eng.supports("openat"))
 
 
 # O_NONBLOCK on every open: a FIFO without a writer would otherwise hold the open (a worker

@@ -60,11 +60,13 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
  * first reaping callback of the loop's next iteration — ahead of the tasks the last iteration
  * made ready — waits up to this long for such opens (engine_wait_opens, backend_ops.wait_timed),
  * so that their tasks go on, and start their writes, before a CPU-bound task made ready beside
- * them holds the loop. An open takes tens of microseconds with an idle worker; the bound is
- * what a slow filesystem, or io-wq starting its first workers, may cost the loop once.
+ * them holds the loop (Linux AIO: the same, for the opens its writer threads make). An open
+ * takes tens of microseconds with an idle worker; the bound is what a slow filesystem, or
+ * io-wq starting its first workers, may cost the loop once.
  * `python -m bench --workloads W8-tmpfs` measures writes gathered with CPU work. */
 #define OPEN_WAIT_NS 2000000u
-/* Linux AIO: the most writer threads an engine starts (one a large write in flight). */
+/* Linux AIO: the most writer threads an engine starts (one a large write or an open in
+ * flight). */
 #define KAIO_WRITERS 4
 
 enum op_kind {
@@ -73,7 +75,7 @@ enum op_kind {
     OP_WRITE,     /* result: int; the caller's buffer; short writes continue */
     OP_FSYNC,
     OP_FDATASYNC,
-    /* path and descriptor operations (io_uring only; see engine_supports) */
+    /* path and descriptor operations (io_uring; openat on Linux AIO too: see engine_supports) */
     OP_OPENAT,    /* result: the new descriptor (in `done`) */
     OP_CLOSE,
     OP_STATX,     /* result: a tuple of the struct statx fields (`bounce` holds the struct) */
@@ -299,6 +301,7 @@ typedef struct kaio {
      * queue and the done list are shared under `wmu`; `wlive` (jobs not yet reaped) is the
      * loop thread's own. */
     struct kaio_job *wq_head, *wq_tail, *wdone;
+    struct kaio_job *wq_opens;  /* the last open in the queue (opens go ahead of writes) */
     pthread_mutex_t wmu;
     pthread_cond_t wq_cv;     /* a job was queued, or the writers must stop */
     pthread_cond_t wdone_cv;  /* a job is done (a reap waiting for it) */

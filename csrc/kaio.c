@@ -13,6 +13,11 @@
  * pwrite(2) from the caller's pinned buffer; the thread signals the same eventfd, and the
  * reap finishes it like any completion. Smaller writes stay with io_submit: their copy is cheaper than a hand-off.
  *
+ * Linux AIO has no open either. An open the engine is given (`openat`: _kernelops sends it
+ * those that create or truncate) goes to the same threads, ahead of the writes they have
+ * queued, so the loop's next iteration can wait for it (k_wait_timed, OPEN_WAIT_NS) and its
+ * task start its write before the tasks made ready beside it, as on io_uring.
+ *
  * fs.aio-max-nr is a system-wide budget, so contexts are small and kept in a process-wide
  * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
  */
@@ -407,17 +412,43 @@ static int64_t direct_finish(op_t *op, int64_t res)
 
 /* ---------------------------------------------------------------- writer threads */
 
-/* One large buffered write: what the thread needs, copied from the operation (whose slot
- * array may move while the thread runs), then its result. */
+/* One large buffered write, or one open: what the thread needs, copied from the operation
+ * (whose slot array may move while the thread runs), then its result. */
 typedef struct kaio_job {
     struct kaio_job *next;
     uint32_t idx;
+    int open;                 /* an openat(2): fd is the directory, buf the path */
     int fd;
-    const char *buf;          /* the caller's buffer, pinned by the operation until reaped */
+    const char *buf;          /* the caller's buffer (or path), held by the operation until reaped */
     size_t len;
     int64_t off;
-    int64_t res;              /* bytes written, or -errno */
+    int flags;                /* the open's flags and mode */
+    unsigned mode;
+    int64_t res;              /* bytes written or the new descriptor, or -errno */
 } kaio_job;
+
+/* An open as io_uring makes it: first with O_NONBLOCK, cleared again unless it was asked
+ * for, so a FIFO without a peer does not hold the thread (_kernelops waits for one in a
+ * worker, as open(2) would, on ENXIO); on EAGAIN (a lease to break) again without it. */
+static int64_t job_open(const kaio_job *j)
+{
+    int flags = j->flags | O_NONBLOCK, fd;
+    for (;;) {
+        fd = openat(j->fd, j->buf, flags, (mode_t)j->mode);
+        if (fd >= 0)
+            break;
+        if (errno == EAGAIN && flags != j->flags)
+            flags = j->flags;
+        else if (errno != EINTR)
+            return -(int64_t)errno;
+    }
+    if (flags != j->flags) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+            (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    }
+    return fd;
+}
 
 static void *writer_main(void *arg)
 {
@@ -444,12 +475,18 @@ static void *writer_main(void *arg)
         a->wq_head = j->next;
         if (!a->wq_head)
             a->wq_tail = NULL;
+        if (j == a->wq_opens)
+            a->wq_opens = NULL;
         pthread_mutex_unlock(&a->wmu);
-        ssize_t n;
-        do
-            n = pwrite(j->fd, j->buf, j->len, (off_t)j->off);
-        while (n < 0 && errno == EINTR);
-        j->res = n < 0 ? -(int64_t)errno : (int64_t)n;
+        if (j->open) {
+            j->res = job_open(j);
+        } else {
+            ssize_t n;
+            do
+                n = pwrite(j->fd, j->buf, j->len, (off_t)j->off);
+            while (n < 0 && errno == EINTR);
+            j->res = n < 0 ? -(int64_t)errno : (int64_t)n;
+        }
         pthread_mutex_lock(&a->wmu);
         j->next = a->wdone;
         a->wdone = j;
@@ -479,6 +516,52 @@ static int writer_start(engine_t *e)
     return rc;
 }
 
+static int writer_init(kaio_t *a)
+{
+    if (a->winit)
+        return 0;
+    pthread_condattr_t attr;
+    if (pthread_mutex_init(&a->wmu, NULL) != 0)
+        return -1;
+    pthread_cond_init(&a->wq_cv, NULL);
+    /* waited for with a deadline on the monotonic clock (k_wait_timed) */
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->wdone_cv, &attr);
+    pthread_condattr_destroy(&attr);
+    a->winit = 1;
+    return 0;
+}
+
+/* Queue a job for the threads, starting one more if none is idle; opens go ahead of the
+ * writes queued (behind the opens queued before them). 0 when no thread can be had. */
+static int writer_queue(engine_t *e, kaio_job *j)
+{
+    kaio_t *a = &e->b.aio;
+    pthread_mutex_lock(&a->wmu);
+    if (a->widle <= (a->wq_head != NULL) && a->nwriters < KAIO_WRITERS)
+        writer_start(e);
+    if (!a->nwriters) {
+        pthread_mutex_unlock(&a->wmu);
+        return 0;
+    }
+    kaio_job **at;
+    if (j->open)
+        at = a->wq_opens ? &a->wq_opens->next : &a->wq_head;
+    else
+        at = a->wq_tail ? &a->wq_tail->next : &a->wq_head;
+    j->next = *at;
+    *at = j;
+    if (!j->next)
+        a->wq_tail = j;
+    if (j->open)
+        a->wq_opens = j;
+    pthread_cond_signal(&a->wq_cv);
+    pthread_mutex_unlock(&a->wmu);
+    a->wlive++;
+    return 1;
+}
+
 /* Whether a write goes to a writer thread: large, and not O_DIRECT (which Linux AIO does
  * asynchronously). 1: handed over; 0: io_submit it (also when no thread can be had). */
 static int writer_take(engine_t *e, op_t *op, uint32_t idx)
@@ -489,36 +572,44 @@ static int writer_take(engine_t *e, op_t *op, uint32_t idx)
     int fl = fcntl(op->fd, F_GETFL);
     if (fl < 0 || (fl & O_DIRECT))
         return 0;  /* (a bad descriptor: io_submit names the error) */
-    if (!a->winit) {
-        if (pthread_mutex_init(&a->wmu, NULL) != 0)
-            return 0;
-        pthread_cond_init(&a->wq_cv, NULL);
-        pthread_cond_init(&a->wdone_cv, NULL);
-        a->winit = 1;
-    }
+    if (writer_init(a) < 0)
+        return 0;
     kaio_job *j = malloc(sizeof *j);
     if (!j)
         return 0;
     *j = (kaio_job){.idx = idx, .fd = op->fd, .buf = op->buf + op->done, .len = op->cur,
                     .off = op->off + (int64_t)op->done};
-    pthread_mutex_lock(&a->wmu);
-    if (a->widle <= (a->wq_head != NULL) && a->nwriters < KAIO_WRITERS)
-        writer_start(e);
-    if (!a->nwriters) {
-        pthread_mutex_unlock(&a->wmu);
+    if (!writer_queue(e, j)) {
         free(j);
         return 0;
     }
-    if (a->wq_tail)
-        a->wq_tail->next = j;
-    else
-        a->wq_head = j;
-    a->wq_tail = j;
-    pthread_cond_signal(&a->wq_cv);
-    pthread_mutex_unlock(&a->wmu);
-    a->wlive++;
     e->st.async_writes++;
     return 1;
+}
+
+/* An open, to a writer thread; where no thread (or no memory for the job) can be had, made
+ * here and finished by the next reap as a thread's would be. */
+static int open_take(engine_t *e, op_t *op, uint32_t idx)
+{
+    kaio_t *a = &e->b.aio;
+    kaio_job *j = writer_init(a) < 0 ? NULL : malloc(sizeof *j);
+    if (!j)
+        return -EBUSY;  /* (the flush tries again) */
+    *j = (kaio_job){.idx = idx, .open = 1, .fd = op->fd, .buf = op->buf, .flags = op->oflags,
+                    .mode = op->mode};
+    e->st.submitted++;
+    if (writer_queue(e, j))
+        return 0;
+    j->res = job_open(j);
+    pthread_mutex_lock(&a->wmu);
+    j->next = a->wdone;
+    a->wdone = j;
+    pthread_mutex_unlock(&a->wmu);
+    a->wlive++;
+    uint64_t one = 1;
+    ssize_t w = write(e->efd, &one, sizeof one);
+    (void)w;
+    return 0;
 }
 
 /* Finish the writes the threads have done; returns how many. */
@@ -569,13 +660,15 @@ static void writer_stop(engine_t *e)
         Py_END_ALLOW_THREADS
         for (kaio_job *j = a->wdone, *next; j; j = next) {
             next = j->next;
+            if (j->open && j->res >= 0)
+                close((int)j->res);  /* nobody is left to be given it */
             free(j);
         }
         pthread_mutex_destroy(&a->wmu);
         pthread_cond_destroy(&a->wq_cv);
         pthread_cond_destroy(&a->wdone_cv);
     }
-    a->wdone = a->wq_head = a->wq_tail = NULL;
+    a->wdone = a->wq_head = a->wq_tail = a->wq_opens = NULL;
     a->nwriters = a->widle = a->wlive = 0;
     a->winit = a->wstop = 0;
 }
@@ -585,6 +678,8 @@ static int k_prep(engine_t *e, op_t *op, uint32_t idx)
     kaio_t *a = &e->b.aio;
     if (op->kind == OP_WRITE && writer_take(e, op, idx))
         return 0;
+    if (op->kind == OP_OPENAT)
+        return open_take(e, op, idx);
     if (!a->nfree_iocbs)
         return -EBUSY;
     uint32_t k = a->free_iocbs[--a->nfree_iocbs];
@@ -782,6 +877,33 @@ static int writer_wait(engine_t *e)
     return 0;
 }
 
+/* Wait up to `ns` for a writer thread's job (engine_wait_opens: the opens sent inside their
+ * calls), and finish what is done: how many, or -ETIME. AIO's own completions wait for the
+ * reap as usual. */
+static int k_wait_timed(engine_t *e, int64_t ns)
+{
+    kaio_t *a = &e->b.aio;
+    if (!a->wlive || !a->winit)
+        return 0;
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(ns / 1000000000);
+    deadline.tv_nsec += (long)(ns % 1000000000);
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&a->wmu);
+    while (!a->wdone && rc == 0)
+        rc = pthread_cond_timedwait(&a->wdone_cv, &a->wmu, &deadline);
+    pthread_mutex_unlock(&a->wmu);
+    Py_END_ALLOW_THREADS
+    int n = writer_reap(e);
+    return n ? n : (rc == ETIMEDOUT ? -ETIME : 0);
+}
+
 static int k_reap(engine_t *e, int flags)
 {
     int wait = flags & REAP_WAIT;
@@ -903,4 +1025,5 @@ const backend_ops kaio_ops = {
     .cancel = k_cancel,
     .destroy = k_destroy,
     .info = k_info,
+    .wait_timed = k_wait_timed,
 };

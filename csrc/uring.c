@@ -186,7 +186,9 @@ static const int kind_opcode[OP_KIND_COUNT] = {
 
 int engine_supports(engine_t *e, int kind)
 {
-    if (e->ops != &uring_ops || kind < OP_OPENAT || kind >= OP_KIND_COUNT)
+    if (e->ops != &uring_ops)  /* Linux AIO: opens are its writer threads' (kaio.c) */
+        return kind <= OP_FDATASYNC || kind == OP_OPENAT;
+    if (kind < OP_OPENAT || kind >= OP_KIND_COUNT)
         return kind <= OP_FDATASYNC;
     int op = kind_opcode[kind];
     return (e->b.ring.opmask[op / 64] >> (op % 64)) & 1;
