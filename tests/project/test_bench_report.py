@@ -26,7 +26,8 @@ HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b")
 
 
 def _workloads() -> list[str]:
-    names = [json.loads(p.read_text())["workload"] for p in sorted(RESULTS.glob("*.json"))]
+    # (the workloads' results; http.json, the HTTP load's, has a section of its own)
+    names = [doc["workload"] for doc in report.load_results(RESULTS)]
     assert names, "no results committed in bench/results/"
     return names
 
@@ -81,7 +82,7 @@ def test_committed_page_is_generated(generated: str) -> None:
 
 def test_command_recorded_or_rebuilt() -> None:
     """A results file names its command; older ones get it rebuilt from their settings."""
-    doc = json.loads(next(iter(sorted(RESULTS.glob("*.json")))).read_text())
+    doc = report.load_results(RESULTS)[0]
     assert report.command({**doc, "command": "python -m bench --workloads X"}) == \
         "python -m bench --workloads X"
     rebuilt = report.command({k: v for k, v in doc.items() if k != "command"})
