@@ -450,6 +450,20 @@ static int64_t job_open(const kaio_job *j)
     return fd;
 }
 
+/* A job is done: on the done list for the reap, which the eventfd wakes. Called with `wmu`
+ * held: the engine cannot reap this job, close and destroy (which takes the lock to stop the
+ * writers), and close the eventfd before the signal is made. */
+static void job_done(engine_t *e, kaio_job *j)
+{
+    kaio_t *a = &e->b.aio;
+    j->next = a->wdone;
+    a->wdone = j;
+    pthread_cond_broadcast(&a->wdone_cv);
+    uint64_t one = 1;
+    ssize_t w = write(e->efd, &one, sizeof one);
+    (void)w;  /* EAGAIN only if the counter is near overflow: the loop is woken already */
+}
+
 static void *writer_main(void *arg)
 {
     engine_t *e = arg;
@@ -488,14 +502,7 @@ static void *writer_main(void *arg)
             j->res = n < 0 ? -(int64_t)errno : (int64_t)n;
         }
         pthread_mutex_lock(&a->wmu);
-        j->next = a->wdone;
-        a->wdone = j;
-        pthread_cond_broadcast(&a->wdone_cv);
-        /* Under the lock: the engine cannot reap this job, close and destroy (which takes the
-         * lock to stop the writers), and close the eventfd before this write is made. */
-        uint64_t one = 1;
-        ssize_t w = write(e->efd, &one, sizeof one);
-        (void)w;  /* EAGAIN only if the counter is near overflow: the loop is woken already */
+        job_done(e, j);
     }
     pthread_mutex_unlock(&a->wmu);
     return NULL;
@@ -601,14 +608,10 @@ static int open_take(engine_t *e, op_t *op, uint32_t idx)
     if (writer_queue(e, j))
         return 0;
     j->res = job_open(j);
-    pthread_mutex_lock(&a->wmu);
-    j->next = a->wdone;
-    a->wdone = j;
-    pthread_mutex_unlock(&a->wmu);
     a->wlive++;
-    uint64_t one = 1;
-    ssize_t w = write(e->efd, &one, sizeof one);
-    (void)w;
+    pthread_mutex_lock(&a->wmu);
+    job_done(e, j);
+    pthread_mutex_unlock(&a->wmu);
     return 0;
 }
 
@@ -884,7 +887,7 @@ static int k_wait_timed(engine_t *e, int64_t ns)
 {
     kaio_t *a = &e->b.aio;
     if (!a->wlive || !a->winit)
-        return 0;
+        return -ETIME;  /* nothing the threads hold: nothing to wait for */
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     deadline.tv_sec += (time_t)(ns / 1000000000);
