@@ -384,6 +384,7 @@ class AsyncBase(_Reads[S]):
                     return short.written
             return int(n)
         except Exception:
+            self._held_after_error((b,))
             await self._push_after_error()
             raise
         finally:
@@ -416,10 +417,21 @@ class AsyncBase(_Reads[S]):
             if raw.staged:
                 await self._push()
         except Exception:
+            self._held_after_error(lines if isinstance(lines, list) else ())
             await self._push_after_error()
             raise
         finally:
             self._unlock()
+
+    def _held_after_error(self, items: Iterable[Any]) -> None:
+        """A write call raised part-way (``writelines``: at an item the text layer cannot
+        encode, or the buffered layer refuses): the items before it may sit in the buffered or
+        text layer, so ``_dirty`` counts all of them — an upper bound, as always. Whether one
+        was passed through to the kernel no longer says the layers hold nothing."""
+        raw = self._raw
+        if raw is not None:
+            raw.passed_through = False
+        self._dirty += sum(4 * len(x) + 8 for x in items if hasattr(x, "__len__"))
 
     # reads shared by all modes --------------------------------------------------------------
 

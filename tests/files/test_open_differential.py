@@ -390,3 +390,42 @@ async def test_a_seek_refused_for_its_arguments_flushes_nothing(
         sync.close()
         await ours.close()
     assert pa.read_bytes() == pb.read_bytes()
+
+
+@pytest.mark.asyncio
+@pytest.mark.blocks_the_loop("the builtin's file is written and read beside aionative's, "
+                              "in one coroutine")
+@pytest.mark.parametrize("size", [100, 70000])
+@pytest.mark.parametrize("then", ["readlines", "readline", "read", "read_chunk", "tell"])
+@pytest.mark.parametrize("mode", ["r+", "rb+"])
+async def test_a_writelines_refused_part_way_leaves_its_first_items_where_the_builtins_are(
+        backend: str, tmp_path: Path, mode: str, then: str, size: int) -> None:
+    """``writelines`` stops at an item the file cannot take (text: one the encoding cannot
+    encode; binary: a ``str``); the items before it stay in the text or buffered layer, as
+    in the builtin's, and the next call finds them there — before 3.13 a text
+    ``readlines()``/``readline()`` reads on without flushing them, and they land later.
+    Found by the test above: aionative counted nothing held after the error."""
+    pa, pb = tmp_path / "a", tmp_path / "b"
+    for p in (pa, pb):
+        p.write_bytes(b"b" * size)
+    binary = "b" in mode
+    kw: dict[str, Any] = {} if binary else {"encoding": "ascii"}
+    items: list[Any] = [b"a", b"cd\n", "str"] if binary else ["a", "cd\n", "é"]
+    sync = open(pa, mode, **kw)  # noqa: SIM115, ASYNC230 - closed below; the reference
+    ours = await aionative.open(pb, mode, **kw)
+    try:
+        r1 = outcome(lambda: sync.writelines(items))
+        r2 = await aoutcome(lambda: ours.writelines(items))
+        assert r1[0] == "raise" and r1 == r2
+        calls: dict[str, tuple[str, tuple[Any, ...]]] = {
+            "readlines": ("readlines", ()), "readline": ("readline", ()),
+            "read": ("read", ()), "read_chunk": ("read", (5,)), "tell": ("tell", ())}
+        name, args = calls[then]
+        r1 = outcome(lambda: getattr(sync, name)(*args))
+        r2 = await aoutcome(lambda: getattr(ours, name)(*args))
+        assert r1 == r2
+        assert outcome(sync.tell) == await aoutcome(ours.tell)
+    finally:
+        sync.close()
+        await ours.close()
+    assert pa.read_bytes() == pb.read_bytes()
