@@ -406,6 +406,7 @@ enum fault_point {
     FP_WRITE_STALL,    /* the inline write counts as a stall (slower than WRITE_STALL_NS) */
     FP_CLOSE_UNRUN,    /* io_uring: a close goes as a NOP answering -errno, the descriptor left
                         * open (ECANCELED: io-wq giving up on the close before a worker ran it) */
+    FP_WRITER_START,   /* kaio: starting a writer thread fails (pthread_create's -errno) */
     FP_COUNT
 };
 extern int fault_errno[FP_COUNT];

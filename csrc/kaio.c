@@ -516,7 +516,8 @@ static int writer_start(engine_t *e)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&a->writers[a->nwriters], NULL, writer_main, e);
+    int rc = fault_hit(FP_WRITER_START);
+    rc = rc ? -rc : pthread_create(&a->writers[a->nwriters], NULL, writer_main, e);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0)
         a->nwriters++;

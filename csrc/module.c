@@ -65,6 +65,7 @@ static const char *const fault_names[FP_COUNT] = {
     [FP_INLINE_WRITE] = "inline_write",
     [FP_WRITE_STALL] = "write_stall",
     [FP_CLOSE_UNRUN] = "close_unrun",
+    [FP_WRITER_START] = "writer_start",
 };
 
 /* set_fault(point, errno, count, after=0): after `after` calls pass, the point's next `count`

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import errno
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import aionative
+from aionative import _core, _kernelops
 from tests.support import child_env
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.usefixtures("backend")]
@@ -318,3 +320,53 @@ async def test_files_opened_for_writing_beside_a_computing_task_are_written_mean
         if seen == [len(data)] * len(paths):
             break
     assert seen == [len(data)] * len(paths)
+
+
+async def test_linux_aio_opens_go_ahead_of_the_writes_its_threads_hold(
+        backend: str, fast_dir: Path, data32: bytes) -> None:
+    """Linux AIO's writer threads (four at most) take an open before the large writes queued
+    for them: eight 32 MiB writes to one file, then an open that creates a file, sent while
+    the first four are being written. The open is done as soon as a thread is free, before
+    any of the four writes queued behind the running ones (in arrival order it would come
+    after one of them at least: it would start only when the fifth thread went free)."""
+    if backend != "linux_aio":
+        pytest.skip("Linux AIO's writer threads")
+    fd = os.open(fast_dir / "big", os.O_WRONLY | os.O_CREAT)
+    done: list[str] = []
+
+    async def write(i: int) -> None:
+        await aionative.pwrite(fd, data32, 0)
+        done.append(f"w{i}")
+
+    async def create() -> None:
+        await asyncio.sleep(0)  # the writes are with the threads by now
+        await asyncio.sleep(0)
+        os.close(await _kernelops.open_fd(fast_dir / "new", os.O_WRONLY | os.O_CREAT, 0o644))
+        done.append("open")
+
+    try:
+        await asyncio.gather(*(write(i) for i in range(8)), create())
+    finally:
+        os.close(fd)
+    assert aionative.backend_info()["writer_threads"] == 4
+    queued = [done.index(f"w{i}") for i in range(4, 8)]
+    assert done.index("open") < min(queued), done
+
+
+async def test_linux_aio_opens_and_writes_without_a_writer_thread(
+        backend: str, fast_dir: Path, data32: bytes) -> None:
+    """Where no writer thread can be started (pthread_create failing: a process at its thread
+    limit), an open Linux AIO was given is made inside the call and finished by the next
+    reap, and a large write goes to io_submit: the file is opened, written and closed as
+    anywhere, on no thread."""
+    if backend != "linux_aio":
+        pytest.skip("Linux AIO's writer threads")
+    _core.set_fault("writer_start", errno.EAGAIN, -1)
+    before = aionative.engine_stats().get("async_writes", 0)
+    async with aionative.open(fast_dir / "f", "wb") as f:
+        await f.write(data32[:4 * MiB])
+    assert aionative.backend_info()["writer_threads"] == 0
+    assert aionative.engine_stats().get("async_writes", 0) == before
+    assert await _same(fast_dir / "f", data32[:4 * MiB])
+    async with aionative.open(fast_dir / "f", "r+b") as f:  # an open that neither creates
+        assert await f.read(3) == data32[:3]                # nor truncates: the executor's
