@@ -55,12 +55,12 @@ def _retrieve(fut: asyncio.Future[Any]) -> None:
         fut.exception()  # retrieved: its caller was cancelled and reports that
 
 
-def _native(name: str, eng: Any = None) -> Engine | None:
-    """The running loop's engine (``eng`` if given) if the kernel runs `name` for it, else
-    None (use a thread)."""
+def _native(name: str, eng: Any = None, flags: int = 0) -> Engine | None:
+    """The running loop's engine (``eng`` if given) if it runs `name` itself (for an open:
+    with these ``flags``; see ``Engine.supports``), else None (use a thread)."""
     if eng is None:
         eng = get_engine()
-    if isinstance(eng, ThreadsEngine) or not eng.supports(name):
+    if isinstance(eng, ThreadsEngine) or not eng.supports(name, flags):
         return None
     return eng  # type: ignore[no-any-return]
 
@@ -214,13 +214,7 @@ async def open_fd(path: StrPath, flags: int, mode: int = 0o777, *,
             cur = get_engine()
         if res is not None:
             return int(res)
-    eng = _native("openat", cur)
-    if eng is not None and cur.backend != "io_uring" and not flags & (os.O_CREAT | os.O_TRUNC):
-        # Linux AIO's opens are its writer threads': worth it for an open that creates or
-        # truncates, which the loop's next iteration waits for (see open_fd's await below),
-        # so that the task goes on to its write before a task made ready beside it computes.
-        # Others run in the loop's executor, beside whatever writes those threads hold.
-        eng = None
+    eng = _native("openat", cur, flags)  # (Linux AIO: only an open that creates or truncates)
     if eng is None:
         loop = asyncio.get_running_loop()
         return await finished_anyway(loop.run_in_executor(

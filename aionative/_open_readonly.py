@@ -35,10 +35,9 @@ __all__ = [
 
 
 def kernel_opens(eng: EngineLike) -> bool:
-    """Whether ``eng`` opens files in the kernel (io_uring's ``openat``); otherwise an open
-    runs in a worker thread."""
-    return (not isinstance(eng, ThreadsEngine) and eng.backend == "io_uring"
-            and eng.supports("openat"))
+    """Whether ``eng`` makes a read-only open itself (io_uring's ``openat``; Linux AIO's writer
+    threads take only opens that create or truncate); otherwise it runs in a worker thread."""
+    return not isinstance(eng, ThreadsEngine) and eng.supports("openat", OPEN_FLAGS)
 
 
 # O_NONBLOCK on every open: a FIFO without a writer would otherwise hold the open (a worker

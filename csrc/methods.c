@@ -463,7 +463,7 @@ static op_t *path_op_new(engine_t *e, int kind, uint32_t *idx, PyObject *path, P
 {
     if (path_arg(path, "path") < 0 || path_arg(path2, "path2") < 0 || !engine_usable(e))
         return NULL;
-    if (!engine_supports(e, kind)) {
+    if (!engine_supports(e, kind, -1)) {
         PyErr_SetString(PyExc_NotImplementedError, "operation not supported by this engine");
         return NULL;
     }
@@ -738,16 +738,24 @@ static const struct { const char *name; int kind; } op_names[] = {
     {"ftruncate", OP_FTRUNCATE},
 };
 
-/* supports(name) -> bool: whether the kernel runs this operation for this engine */
-static PyObject *Engine_supports(engine_t *e, PyObject *name)
+/* supports(name, flags=0) -> bool: whether this engine runs the operation itself (the kernel,
+ * or Linux AIO's writer threads for an open) rather than leaving it to a thread of the caller.
+ * `flags` are an open's: Linux AIO takes only an open that creates or truncates (O_CREAT,
+ * O_TRUNC), which the loop's next iteration waits for so that its task starts its write
+ * before the tasks made ready beside it (kaio.c). Any other open would gain nothing in those
+ * threads, and could wait there behind the large writes they hold. */
+static PyObject *Engine_supports(engine_t *e, PyObject *args)
 {
-    const char *s = PyUnicode_AsUTF8(name);
-    if (!s)
+    const char *s;
+    int flags = 0;
+    if (!PyArg_ParseTuple(args, "s|i:supports", &s, &flags))
         return NULL;
-    for (size_t i = 0; i < sizeof op_names / sizeof op_names[0]; i++)
-        if (strcmp(s, op_names[i].name) == 0)
-            return PyBool_FromLong(engine_supports(e, op_names[i].kind));
-    return PyErr_Format(PyExc_ValueError, "unknown operation %R", name);
+    for (size_t i = 0; i < sizeof op_names / sizeof op_names[0]; i++) {
+        if (strcmp(s, op_names[i].name) != 0)
+            continue;
+        return PyBool_FromLong(engine_supports(e, op_names[i].kind, flags));
+    }
+    return PyErr_Format(PyExc_ValueError, "unknown operation %R", PyTuple_GET_ITEM(args, 0));
 }
 
 /* turn_spent() -> bool: see inline_turn_spent. */
@@ -838,8 +846,9 @@ PyMethodDef Engine_methods[] = {
      "fallocate(fd, mode, offset, length) -> Future[None]"},
     {"ftruncate", (PyCFunction)Engine_ftruncate, METH_VARARGS,
      "ftruncate(fd, length) -> Future[None]"},
-    {"supports", (PyCFunction)Engine_supports, METH_O,
-     "supports(name) -> bool: the kernel runs this operation for this engine"},
+    {"supports", (PyCFunction)Engine_supports, METH_VARARGS,
+     "supports(name, flags=0) -> bool: this engine runs the operation itself (for openat: "
+     "an open with these flags)"},
     {"cancel", (PyCFunction)Engine_cancel, METH_O,
      "cancel(future) -> bool: abandon the operation whose future this is (False if this engine "
      "holds none); a close still runs, its result dropped"},

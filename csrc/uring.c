@@ -7,6 +7,7 @@
 #include "uring_abi.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,10 +185,11 @@ static const int kind_opcode[OP_KIND_COUNT] = {
     [OP_FALLOCATE] = IORING_OP_FALLOCATE, [OP_FTRUNCATE] = IORING_OP_FTRUNCATE,
 };
 
-int engine_supports(engine_t *e, int kind)
+int engine_supports(engine_t *e, int kind, int open_flags)
 {
     if (e->ops != &uring_ops)  /* Linux AIO: opens are its writer threads' (kaio.c) */
-        return kind <= OP_FDATASYNC || kind == OP_OPENAT;
+        return kind <= OP_FDATASYNC ||
+               (kind == OP_OPENAT && (open_flags < 0 || (open_flags & (O_CREAT | O_TRUNC))));
     if (kind < OP_OPENAT || kind >= OP_KIND_COUNT)
         return kind <= OP_FDATASYNC;
     int op = kind_opcode[kind];

@@ -34,16 +34,20 @@ async def _aerr(coro: Awaitable[Any]) -> tuple[Any, ...]:
 
 
 async def test_uses_the_kernel_on_io_uring(backend: str) -> None:
-    """io_uring runs the path operations in the kernel; Linux AIO opens in its writer threads
-    and has no other; the threads backend has none of the engine's."""
+    """io_uring runs the path operations in the kernel; Linux AIO makes the opens that create
+    or truncate in its writer threads and has no other; the threads backend has none of the
+    engine's."""
     eng = aionative.get_engine()
-    supports = getattr(eng, "supports", lambda name: False)
+    supports = getattr(eng, "supports", lambda name, flags=0: False)
     others = ("close", "statx", "unlinkat", "renameat", "mkdirat", "symlinkat", "linkat",
               "fallocate")
+    writing = (os.O_WRONLY | os.O_CREAT, os.O_RDWR | os.O_TRUNC)
     if backend == "io_uring":
         assert all(supports(n) for n in ("openat", *others))
+        assert all(supports("openat", f) for f in (os.O_RDONLY, *writing))
     else:
-        assert supports("openat") is (backend == "linux_aio")
+        assert all(supports("openat", f) is (backend == "linux_aio") for f in writing)
+        assert not supports("openat") and not supports("openat", os.O_RDWR | os.O_APPEND)
         assert not any(supports(n) for n in others)
 
 
@@ -234,7 +238,7 @@ async def test_a_cancelled_open_relative_to_a_directory_ends_once_the_kernel_is_
     open ends only once the kernel is done with it (created files are opened in io_uring's
     workers, where the cancellation may find them running)."""
     eng = aionative.get_engine()
-    if not getattr(eng, "supports", lambda name: False)("openat"):
+    if not getattr(eng, "supports", lambda name, flags=0: False)("openat", os.O_CREAT):
         pytest.skip("opens run in the executor on this backend")
     d = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
