@@ -66,8 +66,9 @@ static inline int aionative_weakref_getref(PyObject *ref, PyObject **obj)
  * `python -m bench --workloads W8-tmpfs` measures writes gathered with CPU work. */
 #define OPEN_WAIT_NS 2000000u
 /* Linux AIO: the most writer threads an engine starts (one a large write or an open in
- * flight). */
+ * flight), and opener threads (one an open that would otherwise wait for the writers). */
 #define KAIO_WRITERS 4
+#define KAIO_OPENERS 2
 
 enum op_kind {
     OP_READ,      /* result: a new bytes object the kernel reads into */
@@ -305,8 +306,11 @@ typedef struct kaio {
     pthread_mutex_t wmu;
     pthread_cond_t wq_cv;     /* a job was queued, or the writers must stop */
     pthread_cond_t wdone_cv;  /* a job is done (a reap waiting for it) */
-    pthread_t writers[KAIO_WRITERS];
+    pthread_t writers[KAIO_WRITERS + KAIO_OPENERS];
     unsigned nwriters, widle, wlive;
+    unsigned nopeners;        /* of the nwriters threads, those that take only opens */
+    unsigned widle_openers;   /* of the widle threads, the openers */
+    unsigned wq_nopens;       /* opens in the queue */
     int wstop, winit;
 } kaio_t;
 

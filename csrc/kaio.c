@@ -16,7 +16,10 @@
  * Linux AIO has no open either. An open the engine is given (`openat`: _kernelops sends it
  * those that create or truncate) goes to the same threads, ahead of the writes they have
  * queued, so the loop's next iteration can wait for it (k_wait_timed, OPEN_WAIT_NS) and its
- * task start its write before the tasks made ready beside it, as on io_uring.
+ * task start its write before the tasks made ready beside it, as on io_uring. An open that
+ * finds no thread idle and the writers busy (a 256 MiB write takes a tenth of a second)
+ * starts one of up to KAIO_OPENERS opener threads, which take only opens, at the loop
+ * thread's weight.
  *
  * fs.aio-max-nr is a system-wide budget, so contexts are small and kept in a process-wide
  * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
@@ -464,33 +467,54 @@ static void job_done(engine_t *e, kaio_job *j)
     (void)w;  /* EAGAIN only if the counter is near overflow: the loop is woken already */
 }
 
-static void *writer_main(void *arg)
+/* The next job a thread may take off the queue: the head, which is an open while any is
+ * queued (opens go ahead of the writes); an opener thread takes nothing else. Called with
+ * `wmu` held. */
+static kaio_job *job_next(kaio_t *a, int opener)
 {
-    engine_t *e = arg;
+    kaio_job *j = a->wq_head;
+    if (!j || (opener && !j->open))
+        return NULL;
+    a->wq_head = j->next;
+    if (!a->wq_head)
+        a->wq_tail = NULL;
+    if (j == a->wq_opens)
+        a->wq_opens = NULL;
+    if (j->open)
+        a->wq_nopens--;
+    return j;
+}
+
+static void thread_main(engine_t *e, int opener)
+{
     kaio_t *a = &e->b.aio;
-    /* A lower weight than the loop's thread (Linux nice values are per thread): ten large
-     * writes keep every CPU busy copying, and the loop's thread, waking, waited for a CPU
-     * (a 1 ms ticker's p99 lateness 6 ms on 2 CPUs, under 1 ms from nice +5 on). */
-    pthread_setname_np(pthread_self(), "aionative-write");  /* (15 characters, the most) */
-    errno = 0;
-    int nice = getpriority(PRIO_PROCESS, 0);
-    if (nice != -1 || errno == 0)
-        (void)setpriority(PRIO_PROCESS, 0, nice + WRITER_NICE);
+    if (opener) {
+        /* At the loop thread's own weight: the loop's next iteration waits for an open
+         * (OPEN_WAIT_NS), and the writer threads beside it are busy copying. */
+        pthread_setname_np(pthread_self(), "aionative-open");
+    } else {
+        /* A lower weight than the loop's thread (Linux nice values are per thread): ten
+         * large writes keep every CPU busy copying, and the loop's thread, waking, waited
+         * for a CPU (a 1 ms ticker's p99 lateness 6 ms on 2 CPUs, under 1 ms from nice +5
+         * on). */
+        pthread_setname_np(pthread_self(), "aionative-write");  /* (15 characters, the most) */
+        errno = 0;
+        int nice = getpriority(PRIO_PROCESS, 0);
+        if (nice != -1 || errno == 0)
+            (void)setpriority(PRIO_PROCESS, 0, nice + WRITER_NICE);
+    }
     pthread_mutex_lock(&a->wmu);
     for (;;) {
-        while (!a->wq_head && !a->wstop) {
+        kaio_job *j;
+        while (!(j = job_next(a, opener)) && !a->wstop) {
             a->widle++;
+            a->widle_openers += (unsigned)opener;
             pthread_cond_wait(&a->wq_cv, &a->wmu);
             a->widle--;
+            a->widle_openers -= (unsigned)opener;
         }
-        kaio_job *j = a->wq_head;
         if (!j)
-            break;  /* stopping, and nothing left to write */
-        a->wq_head = j->next;
-        if (!a->wq_head)
-            a->wq_tail = NULL;
-        if (j == a->wq_opens)
-            a->wq_opens = NULL;
+            break;  /* stopping; the writer threads write what is left */
         pthread_mutex_unlock(&a->wmu);
         if (j->open) {
             j->res = job_open(j);
@@ -505,22 +529,36 @@ static void *writer_main(void *arg)
         job_done(e, j);
     }
     pthread_mutex_unlock(&a->wmu);
+}
+
+static void *writer_main(void *arg)
+{
+    thread_main(arg, 0);
     return NULL;
 }
 
-/* Start one more writer thread, with every signal blocked (handlers run on the loop's
- * thread). Called with `wmu` held. */
-static int writer_start(engine_t *e)
+static void *opener_main(void *arg)
+{
+    thread_main(arg, 1);
+    return NULL;
+}
+
+/* Start one more thread, a writer or an opener, with every signal blocked (handlers run on
+ * the loop's thread). Called with `wmu` held. */
+static int writer_start(engine_t *e, int opener)
 {
     kaio_t *a = &e->b.aio;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     int rc = fault_hit(FP_WRITER_START);
-    rc = rc ? -rc : pthread_create(&a->writers[a->nwriters], NULL, writer_main, e);
+    rc = rc ? -rc : pthread_create(&a->writers[a->nwriters], NULL,
+                                   opener ? opener_main : writer_main, e);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc == 0)
+    if (rc == 0) {
         a->nwriters++;
+        a->nopeners += (unsigned)opener;
+    }
     return rc;
 }
 
@@ -541,14 +579,23 @@ static int writer_init(kaio_t *a)
     return 0;
 }
 
-/* Queue a job for the threads, starting one more if none is idle; opens go ahead of the
- * writes queued (behind the opens queued before them). 0 when no thread can be had. */
+/* Queue a job for the threads, starting one more if none is idle: a writer, or for an open
+ * that would otherwise wait for writes, an opener; opens go ahead of the writes queued
+ * (behind the opens queued before them). 0 when no thread can be had. */
 static int writer_queue(engine_t *e, kaio_job *j)
 {
     kaio_t *a = &e->b.aio;
     pthread_mutex_lock(&a->wmu);
-    if (a->widle <= (a->wq_head != NULL) && a->nwriters < KAIO_WRITERS)
-        writer_start(e);
+    unsigned writers = a->nwriters - a->nopeners;
+    if (!j->open) {
+        if (a->widle - a->widle_openers <= (a->wq_head != NULL) && writers < KAIO_WRITERS)
+            writer_start(e, 0);
+    } else if (a->widle <= a->wq_nopens) {  /* every idle thread has an open to take */
+        if (writers < KAIO_WRITERS)
+            writer_start(e, 0);
+        else if (a->nopeners < KAIO_OPENERS)
+            writer_start(e, 1);  /* the writers are all busy */
+    }
     if (!a->nwriters) {
         pthread_mutex_unlock(&a->wmu);
         return 0;
@@ -562,8 +609,10 @@ static int writer_queue(engine_t *e, kaio_job *j)
     *at = j;
     if (!j->next)
         a->wq_tail = j;
-    if (j->open)
+    if (j->open) {
         a->wq_opens = j;
+        a->wq_nopens++;
+    }
     pthread_cond_signal(&a->wq_cv);
     pthread_mutex_unlock(&a->wmu);
     a->wlive++;
@@ -673,7 +722,7 @@ static void writer_stop(engine_t *e)
         pthread_cond_destroy(&a->wdone_cv);
     }
     a->wdone = a->wq_head = a->wq_tail = a->wq_opens = NULL;
-    a->nwriters = a->widle = a->wlive = 0;
+    a->nwriters = a->nopeners = a->widle = a->widle_openers = a->wlive = a->wq_nopens = 0;
     a->winit = a->wstop = 0;
 }
 
@@ -1007,10 +1056,12 @@ static void k_destroy(engine_t *e)
 
 static int k_info(engine_t *e, PyObject *d)
 {
-    PyObject *v = Py_BuildValue("{sIsOsisOsIsI}", "aio_nr", e->b.aio.nr, "nowait_reads",
+    kaio_t *a = &e->b.aio;
+    PyObject *v = Py_BuildValue("{sIsOsisOsIsIsI}", "aio_nr", a->nr, "nowait_reads",
                                 Py_True, "pooled_contexts", npool, "ring_peek",
-                                e->b.aio.ring ? Py_True : Py_False, "large_writes_from",
-                                WRITE_ASYNC_MIN, "writer_threads", e->b.aio.nwriters);
+                                a->ring ? Py_True : Py_False, "large_writes_from",
+                                WRITE_ASYNC_MIN, "writer_threads", a->nwriters - a->nopeners,
+                                "open_threads", a->nopeners);
     if (!v)
         return -1;
     int rc = PyDict_Update(d, v);

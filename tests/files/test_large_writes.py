@@ -322,35 +322,45 @@ async def test_files_opened_for_writing_beside_a_computing_task_are_written_mean
     assert seen == [len(data)] * len(paths)
 
 
-async def test_linux_aio_opens_go_ahead_of_the_writes_its_threads_hold(
-        backend: str, fast_dir: Path, data32: bytes) -> None:
-    """Linux AIO's writer threads (four at most) take an open before the large writes queued
-    for them: eight 32 MiB writes to one file, then an open that creates a file, sent while
-    the first four are being written. The open is done as soon as a thread is free, before
-    any of the four writes queued behind the running ones (in arrival order it would come
-    after one of them at least: it would start only when the fifth thread went free)."""
+@pytest.fixture
+def data96() -> bytes:
+    return b"w" * (96 * MiB)
+
+
+async def test_linux_aio_opens_do_not_wait_for_the_writes_its_threads_hold(
+        backend: str, fast_dir: Path, data96: bytes) -> None:
+    """Linux AIO's four writer threads write the large writes; an open does not wait behind
+    them for one to be free: six 96 MiB writes to six files, then an open that creates a
+    file, sent once four threads are busy with them (two wait). The open is done by an
+    opener thread (two at most), at the loop's weight, while those writes are still being
+    copied: no file is whole yet when its caller has the descriptor (waiting for a writer
+    thread, it would come after one at least)."""
     if backend != "linux_aio":
         pytest.skip("Linux AIO's writer threads")
-    fd = os.open(fast_dir / "big", os.O_WRONLY | os.O_CREAT)
-    done: list[str] = []
-
-    async def write(i: int) -> None:
-        await aionative.pwrite(fd, data32, 0)
-        done.append(f"w{i}")
+    data = data96
+    fds = [os.open(fast_dir / f"big{i}", os.O_WRONLY | os.O_CREAT) for i in range(6)]
+    sizes: list[int] = []
 
     async def create() -> None:
-        await asyncio.sleep(0)  # the writes are with the threads by now
-        await asyncio.sleep(0)
+        deadline = time.monotonic() + 20
+        while sum(os.fstat(fd).st_size > 0 for fd in fds) < 4:  # four threads are writing
+            assert time.monotonic() < deadline, "the writer threads did not start"
+            await asyncio.sleep(0)
         os.close(await _kernelops.open_fd(fast_dir / "new", os.O_WRONLY | os.O_CREAT, 0o644))
-        done.append("open")
+        sizes.extend(os.fstat(fd).st_size for fd in fds)
 
     try:
-        await asyncio.gather(*(write(i) for i in range(8)), create())
+        await asyncio.gather(*(aionative.pwrite(fd, data, 0) for fd in fds), create())
     finally:
-        os.close(fd)
-    assert aionative.backend_info()["writer_threads"] == 4
-    queued = [done.index(f"w{i}") for i in range(4, 8)]
-    assert done.index("open") < min(queued), done
+        for fd in fds:
+            os.close(fd)
+    assert max(sizes) < len(data), sizes
+    info = aionative.backend_info()
+    assert (info["writer_threads"], info["open_threads"]) == (4, 1)
+    openers = [t for t in Path("/proc/self/task").iterdir()
+               if (t / "comm").read_text().strip() == "aionative-open"]
+    nice = [int((t / "stat").read_text().rsplit(")", 1)[1].split()[16]) for t in openers]
+    assert nice == [os.getpriority(os.PRIO_PROCESS, 0)]  # the loop thread's
 
 
 async def test_linux_aio_opens_and_writes_without_a_writer_thread(
@@ -365,7 +375,8 @@ async def test_linux_aio_opens_and_writes_without_a_writer_thread(
     before = aionative.engine_stats().get("async_writes", 0)
     async with aionative.open(fast_dir / "f", "wb") as f:
         await f.write(data32[:4 * MiB])
-    assert aionative.backend_info()["writer_threads"] == 0
+    info = aionative.backend_info()
+    assert (info["writer_threads"], info["open_threads"]) == (0, 0)
     assert aionative.engine_stats().get("async_writes", 0) == before
     assert await _same(fast_dir / "f", data32[:4 * MiB])
     async with aionative.open(fast_dir / "f", "r+b") as f:  # an open that neither creates
