@@ -613,7 +613,10 @@ static int writer_queue(engine_t *e, kaio_job *j)
         a->wq_opens = j;
         a->wq_nopens++;
     }
-    pthread_cond_signal(&a->wq_cv);
+    if (!j->open && a->widle_openers)
+        pthread_cond_broadcast(&a->wq_cv);  /* the one a signal wakes could be an opener */
+    else
+        pthread_cond_signal(&a->wq_cv);
     pthread_mutex_unlock(&a->wmu);
     a->wlive++;
     return 1;

@@ -334,7 +334,7 @@ async def test_linux_aio_opens_do_not_wait_for_the_writes_its_threads_hold(
     file, sent once four threads are busy with them (two wait). The open is done by an
     opener thread (two at most), at the loop's weight, while those writes are still being
     copied: no file is whole yet when its caller has the descriptor (waiting for a writer
-    thread, it would come after one at least)."""
+    thread, it would come after one at least). An opener takes no write."""
     if backend != "linux_aio":
         pytest.skip("Linux AIO's writer threads")
     data = data96
@@ -351,6 +351,9 @@ async def test_linux_aio_opens_do_not_wait_for_the_writes_its_threads_hold(
 
     try:
         await asyncio.gather(*(aionative.pwrite(fd, data, 0) for fd in fds), create())
+        # Every thread idle now, the opener first: a write queued next is a writer's (a
+        # wake-up the opener took would leave it in the queue).
+        assert await asyncio.wait_for(aionative.pwrite(fds[0], data[:MiB], 0), 20) == MiB
     finally:
         for fd in fds:
             os.close(fd)
