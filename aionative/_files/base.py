@@ -410,10 +410,9 @@ class AsyncBase(_Reads[S]):
                 self._run(self._file.writelines, lines)
             if raw.passed_through:  # what the layers may hold: at most the smaller items
                 raw.passed_through = False
-                self._dirty = sum(4 * len(x) + 8 for x in lines
-                                  if hasattr(x, "__len__") and not _owned(x, self._bufsize))
+                self._dirty = _held_bound(x for x in lines if not _owned(x, self._bufsize))
             else:
-                self._dirty += sum(4 * len(x) + 8 for x in lines if hasattr(x, "__len__"))
+                self._dirty += _held_bound(lines)
             if raw.staged:
                 await self._push()
         except Exception:
@@ -431,7 +430,7 @@ class AsyncBase(_Reads[S]):
         raw = self._raw
         if raw is not None:
             raw.passed_through = False
-        self._dirty += sum(4 * len(x) + 8 for x in items if hasattr(x, "__len__"))
+        self._dirty += _held_bound(items)
 
     # reads shared by all modes --------------------------------------------------------------
 
@@ -472,6 +471,12 @@ class AsyncBase(_Reads[S]):
         if lazy is not None:  # what the BufferedReader it stands for would say
             return f"<{type(self).__name__} <_io.BufferedReader name={lazy.name!r}>>"
         return f"<{type(self).__name__} {self._file!r}>"
+
+
+def _held_bound(items: Iterable[Any]) -> int:
+    """An upper bound of the bytes written items may leave in the buffered or text layer (a
+    character encodes to at most 4 bytes; a newline may become two)."""
+    return sum(4 * len(x) + 8 for x in items if hasattr(x, "__len__"))
 
 
 def _is_block(mode: int) -> bool:
