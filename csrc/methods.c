@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -744,18 +745,23 @@ static const struct { const char *name; int kind; } op_names[] = {
  * O_TRUNC), which the loop's next iteration waits for so that its task starts its write
  * before the tasks made ready beside it (kaio.c). Any other open would gain nothing in those
  * threads, and could wait there behind the large writes they hold. */
-static PyObject *Engine_supports(engine_t *e, PyObject *args)
+static PyObject *Engine_supports(engine_t *e, PyObject *const *args, Py_ssize_t nargs)
 {
-    const char *s;
-    int flags = 0;
-    if (!PyArg_ParseTuple(args, "s|i:supports", &s, &flags))
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "supports() takes 1 or 2 arguments (%zd given)",
+                            nargs);
+    const char *s = PyUnicode_AsUTF8(args[0]);
+    if (!s)
         return NULL;
-    for (size_t i = 0; i < sizeof op_names / sizeof op_names[0]; i++) {
-        if (strcmp(s, op_names[i].name) != 0)
-            continue;
-        return PyBool_FromLong(engine_supports(e, op_names[i].kind, flags));
-    }
-    return PyErr_Format(PyExc_ValueError, "unknown operation %R", PyTuple_GET_ITEM(args, 0));
+    long flags = nargs > 1 ? PyLong_AsLong(args[1]) : 0;
+    if (flags == -1 && PyErr_Occurred())
+        return NULL;
+    if (flags < INT_MIN || flags > INT_MAX)
+        return PyErr_Format(PyExc_OverflowError, "flags out of range");
+    for (size_t i = 0; i < sizeof op_names / sizeof op_names[0]; i++)
+        if (strcmp(s, op_names[i].name) == 0)
+            return PyBool_FromLong(engine_supports(e, op_names[i].kind, (int)flags));
+    return PyErr_Format(PyExc_ValueError, "unknown operation %R", args[0]);
 }
 
 /* turn_spent() -> bool: see inline_turn_spent. */
@@ -846,7 +852,7 @@ PyMethodDef Engine_methods[] = {
      "fallocate(fd, mode, offset, length) -> Future[None]"},
     {"ftruncate", (PyCFunction)Engine_ftruncate, METH_VARARGS,
      "ftruncate(fd, length) -> Future[None]"},
-    {"supports", (PyCFunction)Engine_supports, METH_VARARGS,
+    {"supports", (PyCFunction)(void (*)(void))Engine_supports, METH_FASTCALL,
      "supports(name, flags=0) -> bool: this engine runs the operation itself (for openat: "
      "an open with these flags)"},
     {"cancel", (PyCFunction)Engine_cancel, METH_O,
