@@ -17,9 +17,9 @@
  * those that create or truncate) goes to the same threads, ahead of the writes they have
  * queued, so the loop's next iteration can wait for it (k_wait_timed, OPEN_WAIT_NS) and its
  * task start its write before the tasks made ready beside it, as on io_uring. An open that
- * finds no thread idle and the writers busy (a 256 MiB write takes a tenth of a second)
- * starts one of up to KAIO_OPENERS opener threads, which take only opens, at the loop
- * thread's weight.
+ * finds no thread idle and the writers busy (each for as long as its write's copy: `python -m
+ * bench --workloads W8-tmpfs`, CPU per file) starts one of up to KAIO_OPENERS opener threads,
+ * which take only opens, at the loop thread's weight.
  *
  * fs.aio-max-nr is a system-wide budget, so contexts are small and kept in a process-wide
  * pool when an engine closes (io_destroy also waits for an RCU grace period: slow).
