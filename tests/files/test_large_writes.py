@@ -235,12 +235,13 @@ async def test_the_close_of_a_large_file_is_sent_off_the_loops_thread(backend: s
         os.close(r)
 
 
-def _writer_nice() -> list[int]:
+def _writer_nice(name: str = "aionative-write") -> list[int]:
     """The nice values of this process's writer threads (Linux AIO's C threads are named
-    ``aionative-write``; the threads backend's are Python threads of that name)."""
-    tids = {t.native_id for t in threading.enumerate() if t.name.startswith("aionative-write")}
+    ``aionative-write``; the threads backend's are Python threads of that name), or of its
+    threads of another ``name`` (Linux AIO's openers: ``aionative-open``)."""
+    tids = {t.native_id for t in threading.enumerate() if t.name.startswith(name)}
     for task in Path("/proc/self/task").iterdir():
-        if (task / "comm").read_text().strip() == "aionative-write":
+        if (task / "comm").read_text().strip() == name:
             tids.add(int(task.name))
     nice = []
     for tid in tids:
@@ -360,10 +361,7 @@ async def test_linux_aio_opens_do_not_wait_for_the_writes_its_threads_hold(
     assert max(sizes) < len(data), sizes
     info = aionative.backend_info()
     assert (info["writer_threads"], info["open_threads"]) == (4, 1)
-    openers = [t for t in Path("/proc/self/task").iterdir()
-               if (t / "comm").read_text().strip() == "aionative-open"]
-    nice = [int((t / "stat").read_text().rsplit(")", 1)[1].split()[16]) for t in openers]
-    assert nice == [os.getpriority(os.PRIO_PROCESS, 0)]  # the loop thread's
+    assert _writer_nice("aionative-open") == [os.getpriority(os.PRIO_PROCESS, 0)]  # the loop's
 
 
 async def test_linux_aio_opens_and_writes_without_a_writer_thread(
