@@ -27,7 +27,8 @@ slows the run, so that callers park and take turns as they do at full speed),
 ``write:MODE:N`` (a file's whole life, one at a time: ``open(path, MODE)`` of one of 64
 files that hold N bytes, one ``write`` of N bytes, ``close``: the small-file write path, its
 open and close through the kernel queue; ``wb`` truncates, ``r+b`` writes over; the files are
-in a temporary directory).
+in a temporary directory), ``readfile:MODE:N`` (the same files' whole life read: ``open``, one
+``read()`` to the end, ``close``: W4's small-file path; ``rb`` is the lazy file).
 Needs ``make bench`` (or ``python -m bench --workloads W1 W7``) to have created the data in
 ``bench/.data``.
 """
@@ -65,8 +66,8 @@ async def _child(case: str, impl: str, calls: int) -> None:
     import aionative
 
     kind, arg = case.split(":", 1)
-    if kind == "write":
-        return await _write_child(arg, impl, WARMUP + calls)
+    if kind in ("write", "readfile"):
+        return await _whole_file_child(kind, arg, impl, WARMUP + calls)
     path, total = _path(case), WARMUP + calls
     if kind == "direct":
         depth = int(arg.partition(":")[2] or 1)
@@ -163,11 +164,13 @@ async def _child(case: str, impl: str, calls: int) -> None:
             await take_lines(af, kind, total)
 
 
-async def _write_child(arg: str, impl: str, total: int) -> None:
+async def _whole_file_child(kind: str, arg: str, impl: str, total: int) -> None:
     import aionative
 
     mode, _, size = arg.partition(":")
-    data = bytes(range(256)) * (int(size) // 256) + bytes(int(size) % 256)
+    reads = kind == "readfile"
+    unit = bytes(range(32, 127)) + b"\n" if reads else bytes(range(256))  # (text reads ASCII)
+    data = (unit * (int(size) // len(unit) + 1))[:int(size)]
     d = tempfile.mkdtemp(prefix="aionative-instructions-")
     paths = [os.path.join(d, f"f{i}") for i in range(64)]
     try:
@@ -177,7 +180,11 @@ async def _write_child(arg: str, impl: str, total: int) -> None:
         if impl == "builtin":
             for i in range(total):
                 with open(paths[i & 63], mode) as f:  # noqa: ASYNC230 - the reference
-                    f.write(data)
+                    f.read() if reads else f.write(data)
+        elif reads:
+            for i in range(total):
+                async with aionative.open(paths[i & 63], mode) as af:
+                    await af.read()
         else:
             for i in range(total):
                 async with aionative.open(paths[i & 63], mode) as af:
