@@ -1,6 +1,12 @@
 """Constants shared by the native and pure-Python paths."""
 
+import os
 from typing import Final
+
+#: Whether the extension may use CPython's and asyncio's internals (csrc/compat.h, and the raw
+#: layer's C base, _core.WindowBase): the environment's AIONATIVE_INTERNALS=0 keeps it to
+#: public APIs (slower; the test suite runs once that way).
+INTERNALS: Final = os.environ.get("AIONATIVE_INTERNALS", "1") != "0"
 
 #: The most one read/write system call transfers on Linux (MAX_RW_COUNT); larger operations are
 #: split into pieces of this size.

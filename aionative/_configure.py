@@ -17,10 +17,10 @@ The extension imports nothing of aionative's: it calls only what it is given her
 from __future__ import annotations
 
 import asyncio
-import os
 
 from . import _lowlevel, _open, _threads
 from ._backend import _core
+from ._compat import INTERNALS
 from ._engine import get_engine
 from ._files import AsyncBufferedReader
 
@@ -35,4 +35,4 @@ def configure() -> None:
         read_refused=_lowlevel.read_refused, cancelled_error=asyncio.CancelledError,
         turn_min=_threads.TURN_MIN,
         rb_class=AsyncBufferedReader, rb_rest=_open.open_rb_rest,
-        internals=os.environ.get("AIONATIVE_INTERNALS", "1") != "0")
+        internals=INTERNALS)

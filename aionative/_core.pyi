@@ -1,6 +1,7 @@
 """Type stub of the native engine (csrc/)."""
 
 import asyncio
+import io
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Executor
@@ -128,6 +129,16 @@ class LineStep:
     def __init__(self, slow: Any, /) -> None: ...
     def __get__(self, obj: Any, owner: Any = ..., /) -> Any: ...
     def __call__(self, file: Any, /) -> Any: ...
+
+class WindowBase(io.RawIOBase):
+    """The raw layer's window state (``WindowRaw``'s base): the members C reads."""
+
+    buf: bytes | bytearray
+    pos: int
+    wstart: int
+    kind: int
+    _readable: bool
+    _shut: bool
 
 class WindowReadinto:
     """``WindowRaw.readinto``: copies from the window when it holds everything asked for at

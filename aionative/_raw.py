@@ -29,7 +29,7 @@ import io
 import os
 from _thread import get_ident
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._args import (
     bytes_like,
@@ -40,7 +40,7 @@ from ._args import (
     optional_size,
 )
 from ._backend import _core
-from ._compat import KERNEL_RW_MAX
+from ._compat import INTERNALS, KERNEL_RW_MAX
 from ._direct import direct_pread_sync, direct_pwrite_sync
 
 #: What a stream's file types are: read at the descriptor's position, not at an offset.
@@ -70,8 +70,30 @@ def _espipe() -> OSError:
 SERVING: list[int] = [-1]
 
 
-class WindowRaw(io.RawIOBase):
-    """A raw file (``FileIO``'s behaviour and errors) over a window of prefetched data."""
+# _core.WindowBase extends CPython's _io._RawIOBase (a name private to the io module): it is
+# used when the extension could build it and the internals are allowed (AIONATIVE_INTERNALS).
+if TYPE_CHECKING:
+    from ._core import WindowBase as _WindowBase
+elif _core is not None and INTERNALS and hasattr(_core, "WindowBase"):
+    class _WindowBase(io.RawIOBase, _core.WindowBase):
+        """io.RawIOBase with the window state in ``_core.WindowBase``'s struct."""
+else:
+    class _WindowBase(io.RawIOBase):
+        """``_core.WindowBase`` without the extension."""
+
+        buf: bytes | bytearray = b""
+        pos = wstart = kind = 0
+        _readable = _shut = False
+
+
+class WindowRaw(_WindowBase):
+    """A raw file (``FileIO``'s behaviour and errors) over a window of prefetched data.
+
+    The window: file bytes [wstart, wstart + len(buf)) (a regular file), or the stream's
+    unread bytes from buf[rpos:] (a stream; wstart unused); ``buf`` is bytes as fetched (no
+    copy) until something must change it in place (see _mutable). The window, the position,
+    the kind, whether the mode reads and whether ``close()`` has run (``_shut``) live in the
+    base, ``_core.WindowBase``, whose struct the C ``readinto`` reads."""
 
     # ``name`` and ``mode`` are plain attributes, as on FileIO (``open()`` sets ``name``).
     name: Any
@@ -79,11 +101,6 @@ class WindowRaw(io.RawIOBase):
 
     # State that starts the same in every file: class attributes, set on the instance only
     # when it changes (a file costs fewer dictionary writes to open).
-    # The window: file bytes [wstart, wstart + len(buf)) (a regular file), or the stream's
-    # unread bytes from buf[rpos:] (a stream; wstart unused).
-    # bytes as fetched (no copy) until something must change it in place (see _mutable).
-    buf: bytes | bytearray = b""
-    wstart = 0
     rpos = 0
     eof = -1                    # offset known to be end-of-file in this operation, or -1
     stream_eof = False          # a stream read returned 0 in this operation
@@ -595,7 +612,10 @@ class WindowRaw(io.RawIOBase):
                 # object): write what is staged and close the descriptor as FileIO would.
                 self._sync_flush_staged()
         finally:
-            super().close()
+            try:
+                super().close()
+            finally:
+                self._shut = True  # (IOBase's close marks the file closed, even if it raises)
             if not self.in_op and self.closefd:
                 self.close_fd_now()
 

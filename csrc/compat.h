@@ -9,8 +9,14 @@
  *   thread state's dict (its layout, and the dict's version tag), not asked of asyncio.
  *   Off, or on 3.12+: running_loop_borrowed() answers NULL and callers ask asyncio.
  *
- * configure(internals=False) (the environment's AIONATIVE_INTERNALS=0) turns both off: the
- * test suite runs once that way, so the public paths are tested too. */
+ * - the raw layer's base: window.c's WindowBase extends `_io._RawIOBase` (io.RawIOBase's C
+ *   base, a name private to the io module) by its struct. Not built (a Python whose
+ *   _RawIOBase cannot be extended), or not used (aionative._compat.INTERNALS false): the raw
+ *   layer keeps its state in Python and its readinto takes the Python path.
+ *
+ * configure(internals=False) (the environment's AIONATIVE_INTERNALS=0) turns the first two
+ * off, and the raw layer does not take the third: the test suite runs once that way, so the
+ * public paths are tested too. */
 #ifndef AIONATIVE_COMPAT_H
 #define AIONATIVE_COMPAT_H
 

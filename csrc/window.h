@@ -1,4 +1,5 @@
-/* window.c: WindowReadinto, WindowRaw.readinto's window hit. */
+/* window.c: WindowBase (the raw layer's window state) and WindowReadinto, WindowRaw.readinto's
+ * window hit. */
 #ifndef AIONATIVE_WINDOW_H
 #define AIONATIVE_WINDOW_H
 

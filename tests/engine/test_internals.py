@@ -142,3 +142,18 @@ def test_the_public_paths_serve_with_the_internals_off(native_backend: str, tmp_
     else:
         assert taken == "True" and int(woken) > 0
         assert holder == str(sys.version_info < (3, 12))
+
+
+def test_canary_the_raw_layer_keeps_its_window_in_c() -> None:
+    """``_core.WindowBase`` extends ``_io._RawIOBase``, io.RawIOBase's C base (a name private
+    to the io module), by its struct: the extension builds it on this Python, and the raw
+    layer derives from it unless the internals are off, when it keeps its state in Python."""
+    import _io
+    import io
+
+    from aionative import _raw
+
+    assert _io._RawIOBase in io.RawIOBase.__mro__
+    assert issubclass(_core.WindowBase, _io._RawIOBase)
+    assert issubclass(_raw.WindowRaw, _core.WindowBase) is not FORCED_OFF
+    assert issubclass(_raw.WindowRaw, io.RawIOBase)

@@ -80,6 +80,7 @@ async def test_raw_files_read_through_the_c_readinto() -> None:
     assert type(_raw.WindowRaw.__dict__["readinto"]) is _backend._core.WindowReadinto
 
 
+@pytest.mark.uses_internals("the raw layer's C base (_core.WindowBase), whose state C reads")
 async def test_a_window_hit_is_copied_in_c(tmp_path: Path) -> None:
     """The C path itself serves a hit (the comparison above would pass if it never did)."""
     def refuse(raw: Any, b: Any) -> Any:
