@@ -191,6 +191,8 @@ async def test_linux_aio_detour_pieces_keep_their_own_descriptor(tmp_path: Path)
 
 
 @pytest.mark.usefixtures("linux_aio")
+@pytest.mark.blocks_the_loop("where the O_DIRECT descriptor cannot be had, Linux AIO reads a "
+                             "cold range plainly, inside io_submit (docs/design.md)")
 async def test_linux_aio_direct_refused_stays_correct(tmp_path: Path) -> None:
     """Where the O_DIRECT descriptor cannot be had, the read is done plainly and counted.
     (The inline path is off: the read goes to io_submit with RWF_NOWAIT. A device that
