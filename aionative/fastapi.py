@@ -35,6 +35,7 @@ from . import _kernelops as _k
 from ._awaiting import finished_anyway, settle
 from ._engine import EngineLike, close_engine, get_engine
 from ._files import AsyncBase
+from ._lowlevel import pwrite
 from ._open import open_file
 from .starlette import FileResponse, StaticFiles
 
@@ -230,29 +231,18 @@ async def _copy_upload(eng: EngineLike, upload: UploadFile, out: int, chunk_size
     in_memory = getattr(file, "_rolled", True) is False or isinstance(file, io.BytesIO)
     if in_memory:
         data = file.read()  # a memory copy, no system call
-        return await _write_all(eng, out, data, 0) if data else 0
+        return await pwrite(out, data, 0) if data else 0
     src = _source_fd(file)
     if src is None:
         done = 0
         while chunk := await upload.read(chunk_size):
-            done += await _write_all(eng, out, chunk, done)
+            done += await pwrite(out, chunk, done)
         return done
     file.flush()  # writes still in the file object's buffer (none after Starlette's seek(0))
     start = file.tell()
     done = await _copy_fd(eng, src, start, out, chunk_size)
     file.seek(start + done)
     return done
-
-
-async def _write_all(eng: EngineLike, fd: int, data: bytes, offset: int) -> int:
-    res = eng.write(fd, data, offset)  # inline when it can be (a small upload held in memory)
-    if res is not False and isinstance(res, int):
-        return res
-    fut = eng.pwrite(fd, data, offset) if res is False else res
-    try:
-        return await asyncio.shield(fut)
-    finally:
-        await settle(fut)
 
 
 async def _copy_fd(eng: EngineLike, src: int, offset: int, dst: int, chunk: int) -> int:

@@ -320,6 +320,52 @@ async def test_save_upload_cancelled_at_each_step_keeps_its_promise(
     assert [v for k, v in _fd_links().items() if k not in before] == []
 
 
+@pytest.fixture(scope="module")
+def upload_8mib() -> bytes:
+    return os.urandom(8 << 20)  # made before the loop runs: drawing it there holds the loop
+
+
+@pytest.mark.asyncio
+async def test_save_upload_cancelled_while_it_writes_keeps_its_promise(
+        backend: str, tmp_path: Path, upload_8mib: bytes) -> None:
+    """An upload held in memory is one write of all its bytes (8 MiB: a kernel worker's).
+    Cancelled after each number of loop turns — during its open, its write, its close or its
+    rename — ``save_upload`` either finishes (the destination whole) or raises
+    CancelledError with the destination as it was, and no temporary file or descriptor stays
+    behind (an open the cancellation cut short is closed and removed when it ends, as the
+    docstring says: soon after)."""
+    data = upload_8mib
+    warm = _upload(b"")
+    await save_upload(warm, tmp_path / "warm-up")  # the engine and its descriptors
+    await warm.close()
+    dest = tmp_path / "dest.bin"
+    before = _fd_links()
+    outcomes = set()
+    for turns in range(12):
+        dest.write_bytes(b"OLD")
+        upload = _upload(data, spooled=False)
+        task = asyncio.create_task(save_upload(upload, dest))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            assert await task == len(data)
+            outcomes.add("done")
+            assert dest.read_bytes() == data
+        except asyncio.CancelledError:
+            outcomes.add("cancelled")
+            assert dest.read_bytes() in (b"OLD", data)  # (the rename, once asked for, stands)
+        await upload.close()
+        for _ in range(500):
+            left = ([p.name for p in tmp_path.iterdir() if p.name.endswith(".part")],
+                    [v for k, v in _fd_links().items() if k not in before])
+            if left == ([], []):
+                break
+            await asyncio.sleep(0.01)
+        assert left == ([], [])
+    assert "cancelled" in outcomes
+
+
 @pytest.mark.asyncio
 async def test_a_small_upload_in_memory_is_written_inline(native_backend: str,
                                                           tmp_path: Path) -> None:
