@@ -494,9 +494,9 @@ static void thread_main(engine_t *e, int opener)
         pthread_setname_np(pthread_self(), "aionative-open");
     } else {
         /* A lower weight than the loop's thread (Linux nice values are per thread): ten
-         * large writes keep every CPU busy copying, and the loop's thread, waking, waited
-         * for a CPU (a 1 ms ticker's p99 lateness 6 ms on 2 CPUs, under 1 ms from nice +5
-         * on). */
+         * large writes keep every CPU busy copying, and the loop's thread, waking, would wait
+         * for a CPU behind them. The loop's lag while they run is W8's lag column
+         * (`python -m bench --workloads W8-tmpfs`). */
         pthread_setname_np(pthread_self(), "aionative-write");  /* (15 characters, the most) */
         errno = 0;
         int nice = getpriority(PRIO_PROCESS, 0);
