@@ -140,7 +140,8 @@ static window_t *window_state(PyObject *raw, Py_ssize_t *pos, Py_ssize_t *wstart
     if (!WindowBase_Type || !PyObject_TypeCheck(raw, WindowBase_Type))
         return NULL;
     window_t *w = WIN(raw);
-    if (int_field(w->kind) != KIND_REGULAR || w->shut != Py_False || w->readable != Py_True)
+    if (int_field(w->kind) != KIND_REGULAR || w->shut != Py_False || w->readable != Py_True ||
+            !w->buf)  /* (a member deleted from Python: the Python path raises) */
         return NULL;
     *pos = int_field(w->pos);
     *wstart = int_field(w->wstart);

@@ -101,3 +101,20 @@ async def test_a_window_hit_is_copied_in_c(tmp_path: Path) -> None:
                 readinto(raw, bytearray(3000))  # past the window's end: the Python path
     finally:
         os.close(fd)
+
+
+@pytest.mark.uses_internals("the raw layer's C base (_core.WindowBase), whose members C reads")
+async def test_a_deleted_window_member_takes_the_python_path(tmp_path: Path) -> None:
+    """The window's members can be deleted from Python; the C copy then leaves the call to the
+    Python readinto, which raises AttributeError, instead of reading a missing member."""
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 100)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        raw = window_raw(fd, 100)
+        raw.buf = b"x" * 100
+        del raw.buf
+        with pytest.raises(AttributeError):
+            raw.readinto(bytearray(10))
+    finally:
+        os.close(fd)
